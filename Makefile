@@ -1,0 +1,32 @@
+# The two commands a new user runs: `make demo` and `make test`.
+PYTHON ?= python3
+VENV   := .venv
+PY     := $(VENV)/bin/python
+# CPU build of torch for the test environment; the GPU machine brings its own.
+TORCH_SPEC ?= torch==2.13.0
+
+.PHONY: venv test test-gpu demo bench clean
+
+$(VENV)/.installed: pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet "$(TORCH_SPEC)"
+	$(PY) -m pip install --quiet -e ".[test]"
+	touch $@
+
+venv: $(VENV)/.installed
+
+test: venv
+	$(PY) -m pytest -m "not gpu and not multigpu" $(PYTEST_ARGS)
+
+test-gpu: venv
+	$(PY) -m pytest -m "gpu or multigpu" $(PYTEST_ARGS)
+
+demo: venv
+	$(VENV)/bin/actorwire demo
+
+bench: venv
+	$(VENV)/bin/actorwire bench codec
+
+clean:
+	rm -rf $(VENV) build dist *.egg-info

@@ -1,0 +1,89 @@
+"""The ``actorwire`` command line (also ``python -m actorwire``).
+
+Each subcommand lives in the module that owns its subject; this file only
+wires them into argparse.  Exit status: 0 on success, 1 when the command
+found a problem (a divergence, a failed check), 2 on bad usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+
+from actorwire import __version__, messages
+
+
+def _cmd_messages(args: argparse.Namespace) -> int:
+    if args.schema:
+        print(json.dumps(messages.json_schema(), indent=2))
+        return 0
+    kinds = messages.describe()
+    if args.kind:
+        kinds = [k for k in kinds if k.kind == args.kind or k.name == args.kind]
+        if not kinds:
+            print(f"actorwire messages: no message kind named {args.kind!r}", file=sys.stderr)
+            return 2
+    family = None
+    for info in kinds:
+        if info.family != family:
+            family = info.family
+            print(f"\n[{family}]")
+        print(f"  {info.name}  (type: {info.kind!r})  {info.doc}")
+        for f in info.fields:
+            default = "" if f.required else f" = {f.default}"
+            print(f"      {f.name}: {f.type}{default}")
+    return 0
+
+
+def _cmd_bench(args: argparse.Namespace) -> int:
+    from ._bench import report
+
+    if args.suite == "codec":
+        from . import _bench_codec
+
+        results = _bench_codec.run(args.kinds.split(",") if args.kinds else None)
+    else:  # argparse choices keep this unreachable
+        raise AssertionError(args.suite)
+    report(args.suite, results, args.json)
+    return 0
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    from ._demo import run_demo
+
+    return run_demo(args)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="actorwire",
+        description="Typed, replayable actors on ZeroMQ for GPU training and inference clusters.",
+    )
+    parser.add_argument("--version", action="version", version=f"actorwire {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    p = sub.add_parser("messages", help="list every message kind with its fields")
+    p.add_argument("kind", nargs="?", help="show only this kind (tag or class name)")
+    p.add_argument("--schema", action="store_true", help="print the catalog's JSON Schema")
+    p.set_defaults(func=_cmd_messages)
+
+    p = sub.add_parser("bench", help="measure actorwire against its baseline in one run")
+    p.add_argument("suite", choices=["codec"], help="which suite to run")
+    p.add_argument("--json", metavar="PATH", help="also write the results as JSON")
+    p.add_argument("--kinds", metavar="K1,K2", help="codec: only these message kinds")
+    p.set_defaults(func=_cmd_bench)
+
+    p = sub.add_parser("demo", help="run the end-to-end demo")
+    p.set_defaults(func=_cmd_demo)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130

@@ -1,0 +1,197 @@
+"""ControlMsg: what the coordinator tells GPU workers (seed 000, coordinator -> rank)."""
+
+from __future__ import annotations
+
+from typing import Union
+
+from ._base import Count, Message, Record
+from ._enums import SaveReason
+from ._metrics import EpochMetrics
+
+
+class EpochPlan(Record, frozen=True):
+    """One rank's slice of an epoch: ``partition_size`` samples from ``partition_offset``."""
+
+    epoch: Count
+    partition_offset: Count
+    partition_size: Count
+
+
+class StartEpoch(Message, frozen=True, tag="start_epoch"):
+    """Start an epoch (or one chunk of it) on the receiving rank."""
+
+    epoch: Count
+    partition_offset: Count
+    partition_size: Count
+
+
+class ExtendPartition(Message, frozen=True, tag="extend_partition"):
+    """Append a dead rank's unprocessed remainder to this rank's partition."""
+
+    partition_offset: Count
+    partition_size: Count
+    epoch: Count = 0
+
+
+class RequestParams(Message, frozen=True, tag="request_params"):
+    """CPU averaging: ship a parameter snapshot on the data plane."""
+
+
+class Update(Message, frozen=True, tag="update"):
+    """CPU averaging: averaged parameters are ready (optionally with the next plan)."""
+
+    version: Count
+    next_plan: EpochPlan | None = None
+
+
+class SyncNow(Message, frozen=True, tag="sync_now"):
+    """Run the work-weighted all-reduce now, then answer ``SyncAck``."""
+
+    cycle: Count = 0
+
+
+class Throttle(Message, frozen=True, tag="throttle"):
+    """CPU backend: this rank is too far ahead; wait for the next sync."""
+
+
+class SetGlobalStep(Message, frozen=True, tag="set_global_step"):
+    """The global step after an averaging cycle (drives the LR schedule)."""
+
+    global_step: Count
+
+
+class Checkpoint(Message, frozen=True, tag="checkpoint"):
+    """The target rank writes a checkpoint and answers ``CheckpointResult``."""
+
+    version: Count
+    target_rank: Count
+
+
+class ExecuteEval(Message, frozen=True, tag="execute_eval"):
+    """The target rank runs its eval function and answers ``EvalResult``."""
+
+    schedule_id: Count
+    epoch: Count
+    target_rank: Count
+    #: The single canonical eval at the end of the run.
+    final: bool = False
+
+
+class SetEpochCallbackRole(Message, frozen=True, tag="set_epoch_callback_role"):
+    """The rank that runs the per-epoch callback from now on."""
+
+    rank: Count
+
+
+class EpochAggregated(Message, frozen=True, tag="epoch_aggregated"):
+    """The aggregated metrics of one epoch, broadcast to every rank."""
+
+    metrics: EpochMetrics
+
+
+class EvalBroadcast(Message, frozen=True, tag="eval_broadcast"):
+    """A successful eval result, broadcast so every rank can ``poll_eval()`` it."""
+
+    epoch: Count
+    metric: float
+
+
+class DeclareDead(Message, frozen=True, tag="declare_dead"):
+    """A rank is dead: abort the communicator that still includes it."""
+
+    rank: Count
+
+
+class RequestNewNcclId(Message, frozen=True, tag="request_new_nccl_id"):
+    """The chosen survivor generates a fresh NCCL unique id."""
+
+    attempt: Count = 0
+
+
+class NewNcclSession(Message, frozen=True, tag="new_nccl_session"):
+    """Re-initialise the communicator with this id, rank and world size."""
+
+    uid: bytes
+    new_rank: Count
+    new_world_size: Count
+    attempt: Count = 0
+
+
+class SaveConsensusModel(Message, frozen=True, tag="save_consensus_model"):
+    """The target rank writes the current consensus model (no shutdown)."""
+
+    target_rank: Count
+
+
+class StageSegment(Record, frozen=True, array_like=True):
+    """One ``(offset, size)`` run of samples."""
+
+    offset: Count
+    size: Count
+
+
+class StageEpoch(Record, frozen=True):
+    epoch: Count
+    segments: list[StageSegment]
+
+
+class StageAdvisory(Message, frozen=True, tag="stage_advisory"):
+    """Advisory for a background data stager: upcoming runs and batch counts."""
+
+    counts: list[Count]
+    epochs: list[StageEpoch]
+
+
+class Shutdown(Message, frozen=True, tag="shutdown"):
+    """Normal end of the run."""
+
+
+class ShutdownWithSave(Message, frozen=True, tag="shutdown_with_save"):
+    """The run cannot go on: write your bundle, then exit."""
+
+    reason: SaveReason
+
+
+class CoordHeartbeat(Message, frozen=True, tag="coord_heartbeat"):
+    """Coordinator liveness beacon (about once a second)."""
+
+    seq: Count = 0
+
+
+class JoinAccepted(Message, frozen=True, tag="join_accepted"):
+    """Answer to ``JoinRequest``: the rank is part of the run."""
+
+    rank: Count
+    world_size: Count
+
+
+class JoinRejected(Message, frozen=True, tag="join_rejected"):
+    """Answer to ``JoinRequest``: the rank may not join, and why."""
+
+    reason: str
+
+
+ControlMsg = Union[
+    StartEpoch,
+    ExtendPartition,
+    RequestParams,
+    Update,
+    SyncNow,
+    Throttle,
+    SetGlobalStep,
+    Checkpoint,
+    ExecuteEval,
+    SetEpochCallbackRole,
+    EpochAggregated,
+    EvalBroadcast,
+    DeclareDead,
+    RequestNewNcclId,
+    NewNcclSession,
+    SaveConsensusModel,
+    StageAdvisory,
+    Shutdown,
+    ShutdownWithSave,
+    CoordHeartbeat,
+    JoinAccepted,
+    JoinRejected,
+]

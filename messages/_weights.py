@@ -1,0 +1,112 @@
+"""The weight-transfer family (seed 002): producers publish groups, consumers pull and free them.
+
+One sync, seen from a producer: ``BeginSync`` names the live consumers; the
+trainer publishes groups (``PublishGroup``); each live consumer pulls what it
+needs (``PullRequest`` -> ``PullReply``) and sends ``FreeGroup`` exactly once
+per group to every owner; a group is released when every live consumer freed
+it, and the producer hands released groups back as credit (``GroupsFreed``);
+``EndSync`` closes the sync, ``SyncFailed`` ends it with one clear error.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Union
+
+import msgspec
+
+from ._base import Count, Message
+from ._tensor import TensorRef
+
+#: ``seq`` is the consumer's *issue* index of a pull; it picks ring slot ``seq % K``.
+Seq = Annotated[int, msgspec.Meta(ge=0)]
+
+
+class BeginSync(Message, frozen=True, tag="begin_sync"):
+    """Start a sync.  ``live_consumer_ids`` is required: no default, on purpose."""
+
+    sync_id: Count
+    live_consumer_ids: list[Count]
+
+
+class PublishGroup(Message, frozen=True, tag="publish_group"):
+    """A group of named tensor views is resident and may be pulled."""
+
+    sync_id: Count
+    group_idx: Count
+    tensors: dict[str, TensorRef]
+
+
+class FreeGroup(Message, frozen=True, tag="free_group"):
+    """Consumer -> every owner: this consumer is done with ``group_idx`` for this sync."""
+
+    sync_id: Count
+    group_idx: Count
+    consumer_id: Count
+
+
+class GroupsFreed(Message, frozen=True, tag="groups_freed"):
+    """Producer -> trainer: released groups, the credit for the gather loop."""
+
+    sync_id: Count
+    groups: list[Count]
+
+
+class EndSync(Message, frozen=True, tag="end_sync"):
+    """Close a sync once no group is in flight."""
+
+    sync_id: Count
+
+
+class SyncFailed(Message, frozen=True, tag="sync_failed"):
+    """The sync cannot complete (gather error, stall, misrouted pull, dead consumer)."""
+
+    sync_id: Count
+    reason: str
+
+
+class ReserveServeBuffer(Message, frozen=True, tag="reserve_serve_buffer"):
+    """Consumer init: reserve a ring of serve slots; the plan digest must agree."""
+
+    consumer_id: Count
+    nbytes: Count
+    plan_digest: str | None = None
+
+
+class ServeBufferReserved(Message, frozen=True, tag="serve_buffer_reserved"):
+    """Answer to ``ReserveServeBuffer``: ``slots`` ring slots of ``slot_nbytes`` each."""
+
+    consumer_id: Count
+    slots: Count
+    slot_nbytes: Count
+
+
+class PullRequest(Message, frozen=True, tag="pull_request"):
+    """Pull ``names`` from one owner; ``seq`` is the consumer's issue index."""
+
+    sync_id: Count
+    consumer_id: Count
+    seq: Seq
+    names: list[str]
+
+
+class PullReply(Message, frozen=True, tag="pull_reply"):
+    """Where the pulled tensors are (``seq`` echoed so the consumer matches its slot)."""
+
+    sync_id: Count
+    consumer_id: Count
+    seq: Seq
+    tensors: dict[str, TensorRef]
+
+
+WeightMsg = Union[
+    BeginSync,
+    PublishGroup,
+    FreeGroup,
+    GroupsFreed,
+    EndSync,
+    SyncFailed,
+    ReserveServeBuffer,
+    ServeBufferReserved,
+    PullRequest,
+    PullReply,
+]

@@ -1,0 +1,37 @@
+"""Shared fixtures and markers.
+
+GPU tests carry ``gpu`` (or ``multigpu``) and skip where CUDA is missing;
+nothing here sleeps to synchronise.
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from hypothesis import HealthCheck, settings
+
+settings.register_profile(
+    "ci", max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
+settings.register_profile("dev", max_examples=60, deadline=None)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
+
+
+def _cuda_devices() -> int:
+    try:
+        import torch
+    except ImportError:
+        return 0
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if not any("gpu" in i.keywords or "multigpu" in i.keywords for i in items):
+        return  # importing torch costs seconds; skip it when no test needs it
+    devices = _cuda_devices()
+    for item in items:
+        if "gpu" in item.keywords and devices < 1:
+            item.add_marker(pytest.mark.skip(reason="needs a CUDA device; none is visible"))
+        if "multigpu" in item.keywords and devices < 2:
+            item.add_marker(pytest.mark.skip(reason=f"needs 2 CUDA devices; {devices} visible"))

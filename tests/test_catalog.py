@@ -1,0 +1,145 @@
+"""The catalog: stable tags, the public surface, old recordings still decode."""
+
+from __future__ import annotations
+
+import ast
+import pathlib
+
+import msgspec
+import pytest
+
+import actorwire
+from actorwire import actors, messages, transport
+from actorwire import messages as m
+
+DATA = pathlib.Path(__file__).parent / "data"
+
+# Tags are part of every recording: renaming one breaks old logs.  This list
+# only ever grows.
+PINNED_TAGS = {
+    "StartEpoch": "start_epoch", "ExtendPartition": "extend_partition",
+    "RequestParams": "request_params", "Update": "update", "SyncNow": "sync_now",
+    "Throttle": "throttle", "SetGlobalStep": "set_global_step", "Checkpoint": "checkpoint",
+    "ExecuteEval": "execute_eval", "SetEpochCallbackRole": "set_epoch_callback_role",
+    "EpochAggregated": "epoch_aggregated", "EvalBroadcast": "eval_broadcast",
+    "DeclareDead": "declare_dead", "RequestNewNcclId": "request_new_nccl_id",
+    "NewNcclSession": "new_nccl_session", "SaveConsensusModel": "save_consensus_model",
+    "StageAdvisory": "stage_advisory", "Shutdown": "shutdown",
+    "ShutdownWithSave": "shutdown_with_save", "CoordHeartbeat": "coord_heartbeat",
+    "JoinAccepted": "join_accepted", "JoinRejected": "join_rejected", "Batch": "batch",
+    "SyncAck": "sync_ack", "Exiting": "exiting", "LrUpdate": "lr_update", "Intent": "intent",
+    "Heartbeat": "heartbeat", "SnapshotReady": "snapshot_ready", "EvalResult": "eval_result",
+    "CheckpointResult": "checkpoint_result", "NewNcclIdGenerated": "new_nccl_id_generated",
+    "EpochFnElapsed": "epoch_fn_elapsed", "ResourceSample": "resource_sample",
+    "JoinRequest": "join_request", "MetricsMsg": "metrics", "EpochMetrics": "epoch_metrics",
+    "BeginSync": "begin_sync", "PublishGroup": "publish_group", "FreeGroup": "free_group",
+    "GroupsFreed": "groups_freed", "EndSync": "end_sync", "SyncFailed": "sync_failed",
+    "ReserveServeBuffer": "reserve_serve_buffer", "ServeBufferReserved": "serve_buffer_reserved",
+    "PullRequest": "pull_request", "PullReply": "pull_reply",
+    "RendezvousHello": "rendezvous_hello", "RendezvousAssign": "rendezvous_assign",
+    "RendezvousUid": "rendezvous_uid", "Hello": "hello", "Welcome": "welcome",
+    "Refused": "refused", "Register": "register", "Unregister": "unregister",
+    "RegistryUpdate": "registry_update", "NodeHeartbeat": "node_heartbeat",
+    "NodeExiting": "node_exiting", "Watch": "watch", "Unwatch": "unwatch", "Down": "down",
+    "ErrorReply": "error_reply",
+}
+
+
+def test_tags_are_pinned() -> None:
+    current = {cls.__name__: cls.wire_tag() for cls in m.MESSAGE_TYPES}
+    for name, tag in PINNED_TAGS.items():
+        assert current.get(name) == tag, f"{name} lost or changed its tag {tag!r}"
+
+
+def test_tags_are_unique_and_lowercase() -> None:
+    tags = [cls.wire_tag() for cls in m.MESSAGE_TYPES]
+    assert len(tags) == len(set(tags))
+    assert all(t == t.lower() and " " not in t for t in tags)
+
+
+def test_every_kind_is_frozen_and_exported() -> None:
+    for cls in m.MESSAGE_TYPES:
+        assert cls.__struct_config__.frozen, cls
+        assert getattr(messages, cls.__name__) is cls
+        assert cls.__name__ in messages.__all__
+
+
+def test_family_unions_are_exported() -> None:
+    assert set(m.FAMILIES) == {"control", "timing", "metrics", "weights", "rendezvous", "runtime"}
+    for name in ("ControlMsg", "TimingMsg", "WeightMsg", "RendezvousMsg", "RuntimeMsg"):
+        assert name in messages.__all__
+
+
+@pytest.mark.parametrize("package", [messages, transport, actors, actorwire])
+def test_public_surface_is_declared(package: object) -> None:
+    public = [n for n in dir(package) if not n.startswith("_")]
+    submodules = {"messages", "transport", "actors"}
+    undeclared = [n for n in public if n not in package.__all__ and n not in submodules and n != "annotations"]
+    assert undeclared == []
+    for name in package.__all__:
+        assert hasattr(package, name), name
+
+
+def _imports(package: object) -> set[str]:
+    """Every absolute module a package's files import."""
+    found = set()
+    for path in pathlib.Path(package.__file__).parent.glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                found.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                found.add(node.module)
+    return found
+
+
+def test_dependencies_point_one_way() -> None:
+    """actors -> transport -> messages; messages imports nothing of ours."""
+    assert not {i for i in _imports(messages) if i.startswith("actorwire")}
+    assert not {i for i in _imports(transport) if i.startswith(("actorwire.actors", "actorwire._"))}
+
+
+def test_enum_values_are_stable() -> None:
+    assert [r.value for r in m.SaveReason] == [
+        "graceful_shutdown", "max_failure_exceeded", "single_survivor",
+        "all_ranks_lost", "reduce_stall", "checkpoint",
+    ]
+    assert [k.value for k in m.IntentKind] == ["eval_now", "checkpoint_now"]
+    assert [r.value for r in m.DownReason] == ["exited", "dead", "unreachable"]
+
+
+def test_recordings_of_protocol_v1_still_decode() -> None:
+    """tests/data/catalog-v1.msgpack holds one example of every v1 kind, written by 0.1.0."""
+    frames = msgspec.msgpack.decode((DATA / "catalog-v1.msgpack").read_bytes())
+    assert len(frames) >= 62
+    decoded = [m.decode_message(frame) for frame in frames]
+    kinds = {type(msg).wire_tag() for msg in decoded}
+    assert set(PINNED_TAGS.values()) <= kinds
+    for msg in decoded:
+        assert msg == m.example(type(msg))
+
+
+def test_describe_lists_every_kind() -> None:
+    infos = m.describe()
+    assert [i.name for i in infos] == [c.__name__ for c in m.MESSAGE_TYPES]
+    batch = next(i for i in infos if i.name == "Batch")
+    assert [(f.name, f.type, f.required) for f in batch.fields][:2] == [
+        ("rank", "int >= 0", True), ("batch_ms", "float >= 0.0", True)
+    ]
+
+
+def test_json_schema_covers_every_kind() -> None:
+    schema = m.json_schema()
+    for cls in m.MESSAGE_TYPES:
+        assert cls.__name__ in schema["$defs"]
+    assert "Envelope" in schema["$defs"]
+
+
+def test_wire_protocol_doc_lists_the_catalog() -> None:
+    """docs/wire-protocol.md's kind table is regenerated from the code; it must not drift."""
+    doc = (pathlib.Path(__file__).parent.parent / "docs" / "wire-protocol.md").read_text()
+    table = doc.split("<!-- kinds:begin -->")[1].split("<!-- kinds:end -->")[0]
+    for info in m.describe():
+        row = f"| `{info.kind}` | {info.name} | "
+        assert row in table, f"docs/wire-protocol.md is missing {info.name}"
+        for f in info.fields:
+            assert f"`{f.name}`: {f.type}".replace("|", "&#124;") in table, (info.name, f.name)
