@@ -6,4 +6,26 @@ launch, replay and the command line.
 
 from __future__ import annotations
 
-__all__: list[str] = []
+from actorwire.transport import (
+    ActorDead,
+    AskTimeout,
+    BackpressureTimeout,
+    JoinRefused,
+    RemoteError,
+    RuntimeConfig,
+    SystemClosed,
+    UnknownActor,
+    WouldBlock,
+)
+
+from ._actor import Actor, handler
+from ._context import Context
+from ._launch import ActorSpec, ChildProcess, attach
+from ._system import ActorSystem, Inbox, Received, UnexpectedReply
+
+__all__ = [
+    "Actor", "handler", "Context", "ActorSystem", "Inbox", "Received", "RuntimeConfig", "ActorSpec",
+    "ChildProcess", "attach",
+    "UnexpectedReply", "ActorDead", "AskTimeout", "BackpressureTimeout", "JoinRefused", "RemoteError",
+    "SystemClosed", "UnknownActor", "WouldBlock",
+]

@@ -58,17 +58,22 @@ from ._errors import (
 from ._metrics import EpochMetrics, MetricsMsg, ResourceUsage, ScalarSum
 from ._rendezvous import RendezvousAssign, RendezvousHello, RendezvousMsg, RendezvousUid
 from ._runtime import (
+    Ack,
+    AckEntry,
+    AskFailed,
     Down,
     ErrorReply,
     Hello,
     NodeExiting,
     NodeHeartbeat,
+    NodeInfo,
     Refused,
     Register,
     RegistryUpdate,
     RuntimeMsg,
     Unregister,
     Unwatch,
+    TimerFired,
     Watch,
     Welcome,
 )
@@ -135,5 +140,6 @@ __all__ = [
     "RendezvousHello", "RendezvousAssign", "RendezvousUid",
     # runtime
     "Hello", "Welcome", "Refused", "Register", "Unregister", "RegistryUpdate", "NodeHeartbeat",
-    "NodeExiting", "Watch", "Unwatch", "Down", "ErrorReply",
+    "NodeExiting", "Watch", "Unwatch", "Down", "ErrorReply", "NodeInfo", "Ack", "AckEntry",
+    "AskFailed", "TimerFired",
 ]

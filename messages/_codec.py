@@ -43,7 +43,7 @@ class Codec:
     ``max_message_size`` caps the total size of the frames of one message.
     """
 
-    __slots__ = ("max_message_size", "_encoder", "_body", "_envelope", "_decode_body")
+    __slots__ = ("max_message_size", "_encoder", "_body", "_envelope", "_decode_body", "_batch", "_raw_batch")
 
     def __init__(self, *, max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE) -> None:
         if max_message_size <= 0:
@@ -53,6 +53,8 @@ class Codec:
         self._body = msgspec.msgpack.Decoder(AnyMessage)
         self._envelope = msgspec.msgpack.Decoder(Envelope)
         self._decode_body = self._body.decode
+        self._batch = msgspec.msgpack.Decoder(list[tuple[Envelope, AnyMessage]])  # type: ignore[valid-type]
+        self._raw_batch = msgspec.msgpack.Decoder(list[tuple[msgspec.Raw, msgspec.Raw]])
 
     # -- encoding ---------------------------------------------------------
 
@@ -104,6 +106,62 @@ class Codec:
             raise DecodeError(f"expected 2 frames (envelope, body), got {len(frames)}")
         self._check_size(sum(len(f) for f in frames))
         return self.decode_envelope(frames[0]), self.decode_message(frames[1])
+
+    # -- batches ----------------------------------------------------------
+    #
+    # Several messages for one peer may travel as ONE frame: a msgpack array
+    # of ``[envelope, body]`` pairs.  Built by concatenating bytes (msgpack is
+    # self-delimiting), decoded by msgspec in one call: receiving N messages
+    # costs one socket read instead of 2N.
+
+    def encode_record(self, envelope: Envelope, message: Message) -> bytes:
+        """One ``[envelope, body]`` pair, ready to join a batch frame."""
+        if not isinstance(message, Message):
+            raise TypeError(f"expected an actorwire message, got {type(message).__name__}")
+        encode = self._encoder.encode
+        return b"\x92" + encode(envelope) + encode(message)
+
+    @staticmethod
+    def join_records(records: list[bytes]) -> bytes:
+        """A batch frame from records made by :meth:`encode_record`."""
+        n = len(records)
+        if n < 16:
+            head = bytes((0x90 | n,))
+        elif n < 0x10000:
+            head = b"\xdc" + n.to_bytes(2, "big")
+        else:
+            head = b"\xdd" + n.to_bytes(4, "big")
+        return head + b"".join(records)
+
+    def decode_batch(self, frame: Buffer) -> tuple[list[tuple[Envelope, Message]], list[DecodeError]]:
+        """Every valid message of a batch frame, and an error for each invalid one.
+
+        A bad message costs only itself: the others of its batch are delivered.
+        """
+        self._check_size(len(frame))
+        try:
+            pairs = self._batch.decode(frame)
+        except (msgspec.ValidationError, msgspec.DecodeError, RecursionError, MemoryError, OverflowError):
+            return self._decode_batch_slowly(frame)
+        for envelope, _ in pairs:
+            if envelope.version != PROTOCOL_VERSION:
+                return self._decode_batch_slowly(frame)
+        return pairs, []
+
+    def _decode_batch_slowly(self, frame: Buffer) -> tuple[list[tuple[Envelope, Message]], list[DecodeError]]:
+        try:
+            raws = self._raw_batch.decode(frame)
+        except (msgspec.ValidationError, msgspec.DecodeError) as exc:
+            return [], [DecodeError(f"invalid batch frame: {exc}")]
+        except (RecursionError, MemoryError, OverflowError) as exc:
+            return [], [DecodeError(f"undecodable batch frame: {type(exc).__name__}")]
+        good, bad = [], []
+        for raw_env, raw_body in raws:
+            try:
+                good.append((self.decode_envelope(raw_env), self.decode_message(raw_body)))
+            except DecodeError as exc:
+                bad.append(exc)
+        return good, bad
 
     def _check_size(self, size: int) -> None:
         if size > self.max_message_size:

@@ -67,3 +67,5 @@ class ErrorCode(str, enum.Enum):
     BAD_MESSAGE = "bad_message"
     REFUSED = "refused"
     SHUTTING_DOWN = "shutting_down"
+    TIMEOUT = "timeout"
+    BACKPRESSURE = "backpressure"

@@ -9,59 +9,78 @@ from __future__ import annotations
 
 from typing import Union
 
-from ._base import ActorName, Count, Message
+from ._base import ActorName, Count, Message, Record
 from ._enums import DownReason, ErrorCode
 
 
-class Hello(Message, frozen=True, tag="hello"):
-    """First message a node sends to a peer node."""
+class NodeInfo(Record, frozen=True):
+    """Where a process (a *node*) of the system can be reached."""
 
-    protocol_version: Count
-    run_id: str
     node_id: str
-    endpoint: str
-    actors: list[ActorName] = []
+    #: ZeroMQ endpoints its ROUTER is bound to (ipc and/or tcp).
+    endpoints: list[str]
     host: str = ""
     pid: Count = 0
 
 
-class Welcome(Message, frozen=True, tag="welcome"):
-    """Answer to ``Hello``: the peer is accepted; ``registry`` maps actor names to endpoints."""
+class Hello(Message, frozen=True, tag="hello"):
+    """First message on every connection from one node to another.
+
+    To the root it asks to join the system; to any other node it identifies
+    the connection (the receiver drops traffic from connections that did not
+    say hello with the right run id and protocol version).
+    """
 
     protocol_version: Count
     run_id: str
-    node_id: str
-    registry: dict[str, str] = {}
+    node: NodeInfo
+
+
+class Welcome(Message, frozen=True, tag="welcome"):
+    """Root -> node: accepted; the current registry (nodes and actor names)."""
+
+    protocol_version: Count
+    run_id: str
+    root_node_id: str
+    nodes: dict[str, NodeInfo] = {}
+    #: Actor name -> the node_id hosting it.
+    names: dict[str, str] = {}
 
 
 class Refused(Message, frozen=True, tag="refused"):
-    """Answer to ``Hello`` when the peer may not join (wrong run, wrong version)."""
+    """A ``Hello`` or a ``Register`` was refused, and why."""
 
     reason: str
 
 
 class Register(Message, frozen=True, tag="register"):
-    """Node -> registry: these actors now live at ``endpoint``."""
+    """Node -> root: these actors now live on the sending node.
 
-    node_id: str
-    endpoint: str
-    actors: list[ActorName]
+    ``takeover`` lets a restarted process claim names still held by its
+    previous incarnation (messages not yet handled there are re-sent).
+    """
+
+    names: list[ActorName]
+    takeover: bool = False
 
 
 class Unregister(Message, frozen=True, tag="unregister"):
-    """Node -> registry: these actors stopped."""
+    """Node -> root: these actors stopped cleanly."""
 
-    node_id: str
-    actors: list[ActorName]
+    names: list[ActorName]
 
 
 class RegistryUpdate(Message, frozen=True, tag="registry_update"):
-    """Registry -> nodes: names added (with endpoints) and names removed."""
+    """Root -> nodes: nodes and names added, names removed (with why)."""
 
+    nodes: dict[str, NodeInfo] = {}
+    #: Actor name -> node_id.
     added: dict[str, str] = {}
     removed: list[ActorName] = []
-    #: Why the removed names left, by name, when it was not a clean stop.
     reasons: dict[str, DownReason] = {}
+    detail: str = ""
+    #: Nodes that left the system (their connections can be closed).
+    left_nodes: list[str] = []
 
 
 class NodeHeartbeat(Message, frozen=True, tag="node_heartbeat"):
@@ -105,6 +124,42 @@ class ErrorReply(Message, frozen=True, tag="error_reply"):
     request_kind: str | None = None
 
 
+class AckEntry(Record, frozen=True, array_like=True):
+    """``[sender, target, received_seq, handled_seq]``: cumulative, per sender-target pair."""
+
+    sender: ActorName
+    target: ActorName
+    received: Count
+    handled: Count
+
+
+class Ack(Message, frozen=True, tag="ack"):
+    """Receiving node -> sending node: how far each pair was received and handled.
+
+    ``handled`` returns send credit; ``received`` stops retransmission.
+    """
+
+    entries: list[AckEntry]
+
+
+class AskFailed(Message, frozen=True, tag="ask_failed"):
+    """Delivered to an actor whose ``ask`` got no reply: timeout, dead target, error."""
+
+    correlation_id: Count
+    target: ActorName
+    request_kind: str
+    reason: str
+    code: ErrorCode = ErrorCode.HANDLER_FAILED
+
+
+class TimerFired(Message, frozen=True, tag="timer_fired"):
+    """Delivered to an actor when one of its timers fires."""
+
+    key: str
+    #: How many times this timer has fired (periodic timers count up from 1).
+    count: Count = 1
+
+
 RuntimeMsg = Union[
     Hello,
     Welcome,
@@ -118,4 +173,7 @@ RuntimeMsg = Union[
     Unwatch,
     Down,
     ErrorReply,
+    Ack,
+    AskFailed,
+    TimerFired,
 ]

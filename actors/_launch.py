@@ -1,0 +1,148 @@
+"""Starting actors in child processes, and attaching processes started by others.
+
+A child is ``python -m actorwire.actors._child SPEC`` where SPEC is a JSON
+document (never a pickle): the root endpoint, the run id, the node id the
+parent chose for it, and the actors to build (``module:Class`` plus a JSON
+config passed as keyword arguments).  The parent watches the child's exit
+status, so a crash is reported as ``dead`` at once instead of after the
+staleness timeout; a child that leaves cleanly says so first (``exited``).
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import subprocess
+import sys
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+import msgspec
+
+from actorwire.transport import get_logger
+from actorwire.transport._endpoints import new_node_id
+
+from ._actor import Actor
+
+
+class ActorSpec(msgspec.Struct, frozen=True):
+    """How to build one actor in a child process."""
+
+    name: str
+    #: ``"package.module:ClassName"``.
+    target: str
+    #: Keyword arguments for the class, JSON-able.
+    config: dict[str, Any] = {}
+
+
+class ChildSpec(msgspec.Struct, frozen=True):
+    join: str
+    run_id: str
+    node_id: str
+    actors: list[ActorSpec]
+    rank: int | None = None
+    takeover: bool = False
+
+
+def load_actor(spec: ActorSpec) -> Actor:
+    """Import ``spec.target`` and build it with ``spec.config``; errors name the spec."""
+    module_name, sep, qualname = spec.target.partition(":")
+    if not sep or not module_name or not qualname:
+        raise ValueError(f"actor target must look like 'package.module:Class', got {spec.target!r}")
+    obj: Any = importlib.import_module(module_name)
+    for part in qualname.split("."):
+        obj = getattr(obj, part)
+    if not (isinstance(obj, type) and issubclass(obj, Actor)):
+        raise TypeError(f"{spec.target} is not an Actor subclass")
+    return obj(**spec.config)
+
+
+def set_process_title(names: list[str]) -> None:
+    """``ps`` shows ``actorwire <actor names>`` for this process."""
+    if os.environ.get("ACTORWIRE_PROCTITLE", "1") == "0":
+        return
+    try:
+        import setproctitle
+    except ImportError:  # pragma: no cover - a declared dependency
+        return
+    setproctitle.setproctitle("actorwire " + " ".join(names) if names else "actorwire")
+
+
+class ChildProcess:
+    """A process started by :meth:`ActorSystem.spawn_process`."""
+
+    def __init__(self, system: Any, actors: list[ActorSpec], *, rank: int | None, env: Mapping[str, str] | None,
+                 takeover: bool = False, node_id: str | None = None) -> None:
+        self.node_id = node_id or new_node_id()
+        self.names = [a.name for a in actors]
+        spec = ChildSpec(join=system.endpoint, run_id=system.run_id, node_id=self.node_id, actors=actors,
+                         rank=rank, takeover=takeover)
+        child_env = dict(os.environ)
+        child_env.update(env or {})
+        self._log = get_logger(child=self.node_id, actors=self.names)
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "actorwire.actors._child", msgspec.json.encode(spec).decode()],
+            env=child_env, stdin=subprocess.DEVNULL,
+        )
+        self._system = system
+        self._watcher = threading.Thread(target=self._watch, name=f"watch {self.node_id}", daemon=True)
+        self._watcher.start()
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    @property
+    def returncode(self) -> int | None:
+        return self.process.poll()
+
+    def _watch(self) -> None:
+        code = self.process.wait()
+        if code != 0:
+            self._log.warning("child process exited", status=code)
+        try:
+            self._system._node.report_process_exit(self.node_id, code)
+        except Exception:  # the system may be closing
+            pass
+
+    def kill(self) -> None:
+        """SIGKILL the child (for tests and fault injection)."""
+        if self.process.poll() is None:
+            self.process.kill()
+
+    def wait(self, timeout: float | None = None) -> int:
+        return self.process.wait(timeout)
+
+    def stop(self, timeout: float = 10.0) -> int:
+        """Wait for a clean exit, then terminate, then kill; returns the exit status."""
+        try:
+            return self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self._log.warning("child did not exit in time; terminating it")
+            self.process.terminate()
+            try:
+                return self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                return self.process.wait()
+
+
+def attach(**overrides: Any) -> Any:
+    """Join the running system described by the environment.
+
+    Reads ``ACTORWIRE_JOIN`` (the root endpoint), ``ACTORWIRE_RUN_ID`` and,
+    when set, ``ACTORWIRE_RANK``; keyword arguments override them.
+    """
+    from ._system import ActorSystem
+
+    env = os.environ
+    join = overrides.pop("join", None) or env.get("ACTORWIRE_JOIN")
+    run_id = overrides.pop("run_id", None) or env.get("ACTORWIRE_RUN_ID")
+    missing = [n for n, v in (("ACTORWIRE_JOIN", join), ("ACTORWIRE_RUN_ID", run_id)) if not v]
+    if missing:
+        raise RuntimeError(f"attach(): {' and '.join(missing)} not set in the environment")
+    rank = overrides.pop("rank", None)
+    if rank is None and env.get("ACTORWIRE_RANK"):
+        rank = int(env["ACTORWIRE_RANK"])
+    return ActorSystem(run_id=run_id, join=join, rank=rank, proctitle=True, **overrides)

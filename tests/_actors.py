@@ -1,0 +1,67 @@
+"""Actors used by the runtime tests, importable by child processes as ``_actors:Name``."""
+
+from __future__ import annotations
+
+import os
+import time
+
+from actorwire import messages as m
+from actorwire.actors import Actor, Context, handler
+
+
+class Echo(Actor):
+    """Answers every ask with the message it got; counts tells."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    @handler
+    def on_any(self, msg: m.Message, ctx: Context) -> None:
+        self.count += 1
+        if ctx.correlation_id and not ctx.is_reply:
+            ctx.reply(msg)
+
+
+class Counter(Actor):
+    """Checks FIFO per sender: ``Heartbeat.step_count`` must count up by one from each sender."""
+
+    def __init__(self) -> None:
+        self.expected: dict[str, int] = {}
+        self.errors = 0
+        self.total = 0
+
+    @handler
+    def on_heartbeat(self, msg: m.Heartbeat, ctx: Context) -> None:
+        self.total += 1
+        want = self.expected.get(ctx.sender or "", 0)
+        if msg.step_count != want:
+            self.errors += 1
+        self.expected[ctx.sender or ""] = msg.step_count + 1
+
+    @handler
+    def on_sync_now(self, msg: m.SyncNow, ctx: Context) -> None:
+        ctx.reply(m.SyncAck(rank=self.errors, step_count=self.total))
+
+
+class Sleeper(Actor):
+    """Blocks its handler for ``Throttle``; answers ``SyncNow`` with its pid."""
+
+    @handler
+    def on_throttle(self, msg: m.Throttle, ctx: Context) -> None:
+        time.sleep(float(os.environ.get("SLEEPER_SECONDS", "5")))
+
+    @handler
+    def on_sync_now(self, msg: m.SyncNow, ctx: Context) -> None:
+        ctx.reply(m.SyncAck(rank=os.getpid(), step_count=0))
+
+
+class Quitter(Actor):
+    """Stops itself on ``Shutdown``."""
+
+    @handler
+    def on_shutdown(self, msg: m.Shutdown, ctx: Context) -> None:
+        ctx.stop()
+
+    @handler
+    def on_sync_now(self, msg: m.SyncNow, ctx: Context) -> None:
+        ctx.reply(m.SyncAck(rank=os.getpid(), step_count=0))

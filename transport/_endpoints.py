@@ -1,0 +1,70 @@
+"""Choosing endpoints: ipc inside a host, tcp across hosts.
+
+Each process binds one ROUTER socket, on an ipc endpoint (always, for peers
+on the same host) and also on tcp when the system spans hosts.  A sender
+picks the ipc endpoint of a peer on its own host and the tcp one otherwise.
+Actors in the same process never touch a socket: delivery is a hand-off
+between threads.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import pathlib
+import secrets
+import socket
+import tempfile
+
+#: Unix socket paths are limited to 107 bytes; keep ours well under.
+_MAX_IPC_PATH = 100
+
+
+def new_node_id() -> str:
+    host = socket.gethostname().split(".")[0][:20] or "host"
+    return f"{host}-{os.getpid()}-{secrets.token_hex(3)}"
+
+
+def run_dir(run_id: str) -> pathlib.Path:
+    """A private directory for this run's ipc sockets."""
+    digest = hashlib.sha256(run_id.encode()).hexdigest()[:12]
+    base = pathlib.Path(os.environ.get("ACTORWIRE_RUNTIME_DIR", tempfile.gettempdir()))
+    path = base / f"actorwire-{os.getuid()}" / digest
+    path.mkdir(parents=True, exist_ok=True, mode=0o700)
+    return path
+
+
+def ipc_endpoint(run_id: str, node_id: str) -> str:
+    path = run_dir(run_id) / f"{node_id}.sock"
+    if len(str(path)) > _MAX_IPC_PATH:
+        path = run_dir(run_id) / f"{hashlib.sha256(node_id.encode()).hexdigest()[:16]}.sock"
+    if len(str(path)) > _MAX_IPC_PATH:
+        raise ValueError(
+            f"ipc socket path {path} is too long; set ACTORWIRE_RUNTIME_DIR to a shorter directory"
+        )
+    return f"ipc://{path}"
+
+
+def is_tcp(endpoint: str) -> bool:
+    return endpoint.startswith("tcp://")
+
+
+def tcp_host(endpoint: str) -> str:
+    """``tcp://HOST:PORT`` -> ``HOST`` (brackets kept off IPv6 literals)."""
+    hostport = endpoint[len("tcp://"):]
+    host = hostport.rsplit(":", 1)[0]
+    return host.strip("[]")
+
+
+def pick_endpoint(endpoints: list[str], peer_host: str, my_host: str) -> str:
+    """The endpoint of a peer to connect to: ipc if it is on this host, else tcp."""
+    if not endpoints:
+        raise ValueError("peer advertised no endpoints")
+    same_host = peer_host == my_host
+    for endpoint in endpoints:
+        if same_host and endpoint.startswith("ipc://"):
+            return endpoint
+    for endpoint in endpoints:
+        if is_tcp(endpoint):
+            return endpoint
+    return endpoints[0]

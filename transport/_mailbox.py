@@ -1,0 +1,133 @@
+"""A bounded, thread-safe FIFO with blocking and non-blocking ends.
+
+Used for each actor's inbox and for user-thread mailboxes.  ``put`` blocks
+while full (that is the backpressure a same-process sender feels), up to a
+deadline; ``close`` wakes every waiter with ``SystemClosed``.
+"""
+
+from __future__ import annotations
+
+import collections
+import threading
+import time
+from typing import Generic, TypeVar
+
+from ._errors import SystemClosed
+
+T = TypeVar("T")
+
+
+class Mailbox(Generic[T]):
+    __slots__ = ("_items", "_capacity", "_lock", "_not_empty", "_not_full", "_closed", "_waiting")
+
+    def __init__(self, capacity: int = 0) -> None:
+        self._items: collections.deque[T] = collections.deque()
+        self._capacity = capacity  # 0: unbounded
+        self._lock = threading.Lock()
+        self._not_empty = threading.Condition(self._lock)
+        self._not_full = threading.Condition(self._lock)
+        self._closed = False
+        self._waiting = False
+
+    def __len__(self) -> int:
+        return len(self._items)
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def put(self, item: T, timeout: float | None) -> bool:
+        """Append ``item``; False if still full after ``timeout`` seconds.
+
+        ``timeout=None`` appends regardless of capacity: the I/O thread uses it
+        for messages from other processes, whose senders are bounded by credit
+        and must not stall every other actor of this process.
+        """
+        if timeout is None:
+            # The I/O thread's path: no capacity check, so no lock unless a
+            # consumer is (about to be) waiting.  See get() for the handshake.
+            if self._closed:
+                raise SystemClosed("mailbox is closed")
+            self._items.append(item)
+            if self._waiting:
+                with self._lock:
+                    self._not_empty.notify()
+            return True
+        with self._lock:
+            if self._closed:
+                raise SystemClosed("mailbox is closed")
+            if self._capacity and len(self._items) >= self._capacity:
+                deadline = None if timeout is None else time.monotonic() + timeout
+                while len(self._items) >= self._capacity:
+                    left = None if deadline is None else deadline - time.monotonic()
+                    if left is not None and left <= 0:
+                        return False
+                    self._not_full.wait(left)
+                    if self._closed:
+                        raise SystemClosed("mailbox is closed")
+            self._items.append(item)
+            if self._waiting:
+                self._not_empty.notify()
+        return True
+
+    def put_nowait(self, item: T) -> bool:
+        return self.put(item, timeout=0.0)
+
+    def get(self, timeout: float | None = None) -> T | None:
+        """Pop the oldest item, waiting up to ``timeout`` (None: forever); None on timeout."""
+        items = self._items
+        if items:  # fast path without the lock: deque.popleft is atomic
+            try:
+                item = items.popleft()
+            except IndexError:
+                pass
+            else:
+                if self._capacity:
+                    self._wake_putter()
+                return item
+        with self._lock:
+            deadline = None if timeout is None else time.monotonic() + timeout
+            # Announce the wait *before* looking again: a put that appends
+            # without the lock checks the flag after appending, so either we
+            # see its item here or it sees the flag and notifies.
+            self._waiting = True
+            try:
+                while not items:
+                    if self._closed:
+                        raise SystemClosed("mailbox is closed")
+                    left = None if deadline is None else deadline - time.monotonic()
+                    if left is not None and left <= 0:
+                        return None
+                    self._not_empty.wait(left)
+            finally:
+                self._waiting = False
+            item = items.popleft()
+            if self._capacity:
+                self._not_full.notify()
+            return item
+
+    def get_nowait(self) -> T | None:
+        try:
+            item = self._items.popleft()
+        except IndexError:
+            if self._closed:
+                raise SystemClosed("mailbox is closed") from None
+            return None
+        if self._capacity:
+            self._wake_putter()
+        return item
+
+    def _wake_putter(self) -> None:
+        if len(self._items) >= self._capacity - 1:
+            with self._lock:
+                self._not_full.notify()
+
+    def close(self) -> list[T]:
+        """Refuse further puts, wake all waiters, and return what was still queued."""
+        with self._lock:
+            self._closed = True
+            left = list(self._items)
+            self._items.clear()
+            self._not_empty.notify_all()
+            self._not_full.notify_all()
+        return left

@@ -1,0 +1,129 @@
+"""The root's registry: which node hosts which actor, and which nodes are alive.
+
+A sans-IO state machine: the root's I/O thread feeds it what arrives and the
+time, and broadcasts the ``RegistryUpdate`` values it returns.  Tests drive it
+with a virtual clock.
+
+Liveness rules:
+
+* any message from a node refreshes its stamp;
+* a node silent for longer than the staleness timeout is ``unreachable``;
+* a launched process that exited without saying ``NodeExiting`` is ``dead``;
+* a node that said ``NodeExiting`` is latched as ``exited``: neither detector
+  fires for it afterwards, so a clean exit is never counted as a death.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from actorwire.messages import DownReason, NodeInfo, RegistryUpdate
+
+
+class RegistryError(Exception):
+    """A request the registry refuses; the text goes back to the requester."""
+
+
+@dataclasses.dataclass
+class _Node:
+    info: NodeInfo
+    last_seen: float
+    names: set[str] = dataclasses.field(default_factory=set)
+    exiting: bool = False
+
+
+class Registry:
+    def __init__(self, *, root_node: NodeInfo, staleness_timeout: float, now: float) -> None:
+        self.staleness_timeout = staleness_timeout
+        self.root_id = root_node.node_id
+        self._nodes: dict[str, _Node] = {root_node.node_id: _Node(root_node, now)}
+        self._names: dict[str, str] = {}
+
+    # -- queries ----------------------------------------------------------
+
+    @property
+    def names(self) -> dict[str, str]:
+        return dict(self._names)
+
+    @property
+    def nodes(self) -> dict[str, NodeInfo]:
+        return {node_id: n.info for node_id, n in self._nodes.items()}
+
+    def has_node(self, node_id: str) -> bool:
+        return node_id in self._nodes
+
+    # -- inputs -----------------------------------------------------------
+
+    def join(self, info: NodeInfo, now: float) -> RegistryUpdate:
+        if info.node_id in self._nodes:
+            raise RegistryError(f"node id {info.node_id!r} is already in this system")
+        self._nodes[info.node_id] = _Node(info, now)
+        return RegistryUpdate(nodes={info.node_id: info})
+
+    def seen(self, node_id: str, now: float) -> None:
+        node = self._nodes.get(node_id)
+        if node is not None:
+            node.last_seen = now
+
+    def register(self, node_id: str, names: list[str], *, takeover: bool = False) -> RegistryUpdate:
+        node = self._nodes.get(node_id)
+        if node is None:
+            raise RegistryError(f"node {node_id!r} has not joined")
+        for name in names:
+            holder = self._names.get(name)
+            if holder is not None and holder != node_id and not takeover:
+                raise RegistryError(f"actor name {name!r} is already taken by node {holder!r}")
+        for name in names:
+            holder = self._names.get(name)
+            if holder is not None and holder != node_id:
+                self._nodes[holder].names.discard(name)
+            self._names[name] = node_id
+            node.names.add(name)
+        return RegistryUpdate(added={name: node_id for name in names})
+
+    def unregister(self, node_id: str, names: list[str]) -> RegistryUpdate:
+        node = self._nodes.get(node_id)
+        removed = [n for n in names if node is not None and self._names.get(n) == node_id]
+        for name in removed:
+            del self._names[name]
+            node.names.discard(name)  # type: ignore[union-attr]
+        return RegistryUpdate(removed=removed, reasons={n: DownReason.EXITED for n in removed})
+
+    def exiting(self, node_id: str) -> RegistryUpdate:
+        """A clean exit: latch it, and remove the node's names as ``exited``."""
+        node = self._nodes.get(node_id)
+        if node is None:
+            return RegistryUpdate()
+        node.exiting = True
+        return self._drop(node_id, DownReason.EXITED, "exited cleanly")
+
+    def process_exited(self, node_id: str, returncode: int) -> RegistryUpdate:
+        """Exit detection for a process the system launched."""
+        node = self._nodes.get(node_id)
+        if node is None or node.exiting:
+            return RegistryUpdate()
+        return self._drop(node_id, DownReason.DEAD, f"process exited with status {returncode}")
+
+    def check(self, now: float) -> list[RegistryUpdate]:
+        """Staleness: every node (but the root) silent for too long is unreachable."""
+        updates = []
+        for node_id, node in list(self._nodes.items()):
+            if node_id == self.root_id or node.exiting:
+                continue
+            silent = now - node.last_seen
+            if silent > self.staleness_timeout:
+                updates.append(
+                    self._drop(node_id, DownReason.UNREACHABLE, f"no heartbeat for {silent:.1f} s")
+                )
+        return updates
+
+    def _drop(self, node_id: str, reason: DownReason, detail: str) -> RegistryUpdate:
+        node = self._nodes.pop(node_id)
+        names = sorted(node.names)
+        for name in names:
+            if self._names.get(name) == node_id:
+                del self._names[name]
+        return RegistryUpdate(
+            removed=names, reasons={n: reason for n in names}, detail=f"node {node_id}: {detail}",
+            left_nodes=[node_id],
+        )
