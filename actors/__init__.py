@@ -22,10 +22,11 @@ from ._actor import Actor, handler
 from ._context import Context
 from ._launch import ActorSpec, ChildProcess, attach
 from ._system import ActorSystem, Inbox, Received, UnexpectedReply
+from ._testkit import ActorHarness, FakeContext, Sent
 
 __all__ = [
     "Actor", "handler", "Context", "ActorSystem", "Inbox", "Received", "RuntimeConfig", "ActorSpec",
-    "ChildProcess", "attach",
+    "ChildProcess", "attach", "ActorHarness", "FakeContext", "Sent",
     "UnexpectedReply", "ActorDead", "AskTimeout", "BackpressureTimeout", "JoinRefused", "RemoteError",
     "SystemClosed", "UnknownActor", "WouldBlock",
 ]

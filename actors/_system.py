@@ -291,6 +291,9 @@ class Inbox:
     def tell(self, target: str, message: Message, *, timeout: float | None = None) -> None:
         self._node.send(self.name, target, message, timeout=timeout)
 
+    def tell_nowait(self, target: str, message: Message) -> None:
+        self._node.send(self.name, target, message, block=False)
+
     def ask(self, target: str, message: Message, *, timeout: float | None = None,
             expect: type[R] | None = None) -> Any:
         return self._system._blocking_ask(self.name, target, message, timeout, expect)
@@ -472,8 +475,16 @@ class ActorSystem:
             return name
 
     def tell(self, target: str, message: Message, *, timeout: float | None = None) -> None:
-        """Send ``message`` to ``target`` from the calling thread."""
+        """Send ``message`` to ``target`` from the calling thread.
+
+        Blocks while ``target`` is full, up to ``timeout`` (default: the
+        config's ``send_timeout``), then raises ``BackpressureTimeout``.
+        """
         self._node.send(self._user_name(), target, message, timeout=timeout)
+
+    def tell_nowait(self, target: str, message: Message) -> None:
+        """``tell`` that raises ``WouldBlock`` at once instead of waiting for room."""
+        self._node.send(self._user_name(), target, message, block=False)
 
     @overload
     def ask(self, target: str, message: Message, *, timeout: float | None = ..., expect: type[R]) -> R: ...

@@ -137,8 +137,10 @@ class Codec:
         """Every valid message of a batch frame, and an error for each invalid one.
 
         A bad message costs only itself: the others of its batch are delivered.
+        Nothing here raises: a frame over the size cap is one error, unread.
         """
-        self._check_size(len(frame))
+        if len(frame) > self.max_message_size:
+            return [], [MessageTooLarge(len(frame), self.max_message_size)]
         try:
             pairs = self._batch.decode(frame)
         except (msgspec.ValidationError, msgspec.DecodeError, RecursionError, MemoryError, OverflowError):

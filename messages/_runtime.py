@@ -45,6 +45,10 @@ class Welcome(Message, frozen=True, tag="welcome"):
     nodes: dict[str, NodeInfo] = {}
     #: Actor name -> the node_id hosting it.
     names: dict[str, str] = {}
+    #: The root's liveness timing (already scaled), which every member adopts
+    #: so that nobody is judged by a staleness timeout shorter than its beat.
+    heartbeat_interval: float = 1.0
+    staleness_timeout: float = 3.0
 
 
 class Refused(Message, frozen=True, tag="refused"):

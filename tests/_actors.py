@@ -51,6 +51,10 @@ class Sleeper(Actor):
         time.sleep(float(os.environ.get("SLEEPER_SECONDS", "5")))
 
     @handler
+    def on_heartbeat(self, msg: m.Heartbeat, ctx: Context) -> None:
+        pass
+
+    @handler
     def on_sync_now(self, msg: m.SyncNow, ctx: Context) -> None:
         ctx.reply(m.SyncAck(rank=os.getpid(), step_count=0))
 
@@ -65,3 +69,31 @@ class Quitter(Actor):
     @handler
     def on_sync_now(self, msg: m.SyncNow, ctx: Context) -> None:
         ctx.reply(m.SyncAck(rank=os.getpid(), step_count=0))
+
+
+class Flooder(Actor):
+    """On ``StartEpoch(partition_size=N)`` tells ``target`` N numbered heartbeats, then answers."""
+
+    def __init__(self, target: str = "counter") -> None:
+        self.target = target
+
+    @handler
+    def on_start_epoch(self, msg: m.StartEpoch, ctx: Context) -> None:
+        for i in range(msg.partition_offset, msg.partition_offset + msg.partition_size):
+            ctx.tell(self.target, m.Heartbeat(rank=0, step_count=i))
+        ctx.reply(m.SyncAck(rank=0, step_count=msg.partition_size))
+
+
+class Sink(Actor):
+    """Records every heartbeat's step count; ``SyncNow`` answers with them (as a StageAdvisory)."""
+
+    def __init__(self) -> None:
+        self.seen: list[int] = []
+
+    @handler
+    def on_heartbeat(self, msg: m.Heartbeat, ctx: Context) -> None:
+        self.seen.append(msg.step_count)
+
+    @handler
+    def on_sync_now(self, msg: m.SyncNow, ctx: Context) -> None:
+        ctx.reply(m.StageAdvisory(counts=self.seen, epochs=[]))

@@ -114,8 +114,11 @@ def test_recordings_of_protocol_v1_still_decode() -> None:
     decoded = [m.decode_message(frame) for frame in frames]
     kinds = {type(msg).wire_tag() for msg in decoded}
     assert set(PINNED_TAGS.values()) <= kinds
-    for msg in decoded:
-        assert msg == m.example(type(msg))
+    # Fields added since keep their defaults; every field the old frame carries is read back.
+    for frame, msg in zip(frames, decoded):
+        raw = msgspec.msgpack.decode(frame)
+        ours = msgspec.to_builtins(msg, builtin_types=(bytes,))
+        assert ours == {**ours, **raw}
 
 
 def test_describe_lists_every_kind() -> None:

@@ -199,3 +199,31 @@ def test_encode_refuses_non_messages() -> None:
 def test_decode_accepts_memoryview_frames() -> None:
     frames = [memoryview(f) for f in m.encode(ENV, m.SyncNow(cycle=4))]
     assert m.decode(frames) == (ENV, m.SyncNow(cycle=4))
+
+
+def test_batch_frames_round_trip_and_isolate_bad_members() -> None:
+    codec = m.Codec()
+    good = [codec.encode_record(ENV, m.Heartbeat(rank=i)) for i in range(20)]
+    pairs, errors = codec.decode_batch(codec.join_records(good))
+    assert errors == [] and [msg.rank for _, msg in pairs] == list(range(20))  # type: ignore[attr-defined]
+    bad = b"\x92" + codec.encode_envelope(ENV) + msgspec.msgpack.encode({"type": "heartbeat", "rank": "x"})
+    pairs, errors = codec.decode_batch(codec.join_records([good[0], bad, good[1]]))
+    assert [msg.rank for _, msg in pairs] == [0, 1]  # type: ignore[attr-defined]
+    assert len(errors) == 1 and isinstance(errors[0], m.MalformedMessage)
+    future = b"\x92" + msgspec.msgpack.encode([2, "a", "b", 1]) + codec.encode_message(m.Shutdown())
+    pairs, errors = codec.decode_batch(codec.join_records([future, good[2]]))
+    assert len(pairs) == 1 and isinstance(errors[0], m.ProtocolVersionMismatch)
+
+
+@given(st.binary(max_size=256))
+def test_batch_decode_never_raises(data: bytes) -> None:
+    pairs, errors = m.Codec(max_message_size=128).decode_batch(data)
+    assert all(isinstance(e, m.DecodeError) for e in errors)
+
+
+def test_large_batch_headers() -> None:
+    codec = m.Codec()
+    for n in (15, 16, 70_000):
+        records = [codec.encode_record(ENV, m.Shutdown())] * n
+        pairs, errors = codec.decode_batch(codec.join_records(records))
+        assert len(pairs) == n and not errors

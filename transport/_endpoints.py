@@ -56,11 +56,15 @@ def tcp_host(endpoint: str) -> str:
     return host.strip("[]")
 
 
-def pick_endpoint(endpoints: list[str], peer_host: str, my_host: str) -> str:
-    """The endpoint of a peer to connect to: ipc if it is on this host, else tcp."""
+def pick_endpoint(endpoints: list[str], peer_host: str, my_host: str, *, prefer_tcp: bool = False) -> str:
+    """The endpoint of a peer to connect to: ipc if it is on this host, else tcp.
+
+    ``prefer_tcp`` (``$ACTORWIRE_PREFER_TCP=1``) takes tcp even on one host,
+    for tests and benchmarks of the tcp path.
+    """
     if not endpoints:
         raise ValueError("peer advertised no endpoints")
-    same_host = peer_host == my_host
+    same_host = peer_host == my_host and not (prefer_tcp and any(is_tcp(e) for e in endpoints))
     for endpoint in endpoints:
         if same_host and endpoint.startswith("ipc://"):
             return endpoint

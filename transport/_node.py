@@ -242,6 +242,9 @@ class Node:
         self._thread = threading.Thread(target=self._run, name=f"actorwire-io-{self.node_id}", daemon=True)
         self._root_seen = time.monotonic()
         self._hb_seq = 0
+        self._beat_interval = self.config.scaled(self.config.heartbeat_interval)
+        self._staleness = self.config.scaled(self.config.staleness_timeout)
+        self._prefer_tcp = os.environ.get("ACTORWIRE_PREFER_TCP", "0") == "1"
         if not self.is_root:
             # Connect here, not in the I/O thread, so a bad endpoint fails the
             # constructor with its name (the socket moves to the I/O thread at
@@ -564,7 +567,7 @@ class Node:
                 now = time.monotonic()
                 if now >= next_beat:
                     self._beat(now)
-                    next_beat = now + self.config.scaled(self.config.heartbeat_interval)
+                    next_beat = now + self._beat_interval
                 self._expire_asks(now)
                 if self._ack_due is not None and now >= self._ack_due or self._handled_count >= _ACK_EVERY:
                     self._flush_acks()
@@ -661,7 +664,7 @@ class Node:
 
     def _open_link(self, node_id: str) -> _Link:
         info = self._nodes[node_id]
-        endpoint = pick_endpoint(info.endpoints, info.host, self.host)
+        endpoint = pick_endpoint(info.endpoints, info.host, self.host, prefer_tcp=self._prefer_tcp)
         sock = self._ctx.socket(zmq.DEALER)
         for opt, val in ((zmq.LINGER, 0), (zmq.SNDHWM, 0), (zmq.RCVHWM, 0)):
             sock.setsockopt(opt, val)
@@ -679,7 +682,11 @@ class Node:
         for opt, val in ((zmq.LINGER, 0), (zmq.SNDHWM, 0), (zmq.RCVHWM, 0)):
             sock.setsockopt(opt, val)
         sock.setsockopt(zmq.IDENTITY, self.node_id.encode())
-        sock.connect(self.root_endpoint)
+        try:
+            sock.connect(self.root_endpoint)
+        except zmq.ZMQError:
+            sock.close(linger=0)
+            raise
         self._links["@root"] = _Link("@root", sock, self.root_endpoint)
         self._say_hello(sock)
 
@@ -730,7 +737,7 @@ class Node:
                 frames = sock.recv_multipart(_NOBLOCK)
             except zmq.Again:
                 return
-            self._on_frames(frames[0].decode(errors="replace"), frames[1:], from_router=True)
+            self._on_frames_safely(frames[0].decode(errors="replace"), frames[1:], from_router=True)
 
     def _recv_link(self, sock: zmq.Socket) -> None:
         link = next((lk for lk in self._links.values() if lk.socket is sock), None)
@@ -742,7 +749,15 @@ class Node:
                 frames = sock.recv_multipart(_NOBLOCK)
             except zmq.Again:
                 return
-            self._on_frames(source, frames, from_router=False)
+            self._on_frames_safely(source, frames, from_router=False)
+
+    def _on_frames_safely(self, source: str, frames: list[bytes], *, from_router: bool) -> None:
+        try:
+            self._on_frames(source, frames, from_router=from_router)
+        except Exception:
+            # One message must never take the node down; it is logged with its source.
+            self._log.exception("failed to process a message; dropped it", source=source,
+                                size=sum(len(f) for f in frames))
 
     def _on_frames(self, source: str, frames: list[bytes], *, from_router: bool) -> None:
         """One ZeroMQ message from ``source``: ``[envelope, body]`` or one batch frame."""
@@ -822,7 +837,8 @@ class Node:
                     return
                 self._send_node(source, Welcome(
                     protocol_version=PROTOCOL_VERSION, run_id=self.run_id, root_node_id=self.node_id,
-                    nodes=self._registry.nodes, names=self._registry.names))
+                    nodes=self._registry.nodes, names=self._registry.names,
+                    heartbeat_interval=self._beat_interval, staleness_timeout=self._staleness))
                 self._apply_update(update, skip=source)
             return
         if source not in self._known_peers and from_router:
@@ -843,6 +859,8 @@ class Node:
             self._links[message.root_node_id] = self._links["@root"]
             self._nodes.update(message.nodes)
             self._routes.update(message.names)
+            self._beat_interval = message.heartbeat_interval
+            self._staleness = message.staleness_timeout
             self._joined.set()
         elif isinstance(message, Refused):
             self._join_error = JoinRefused(f"the root refused this process: {message.reason}")
@@ -1039,7 +1057,7 @@ class Node:
         else:
             self._to_root(beat)
             silent = now - self._root_seen
-            if self._joined.is_set() and silent > self.config.scaled(self.config.staleness_timeout):
+            if self._joined.is_set() and silent > self._staleness:
                 names = [n for n, nid in self._routes.items() if nid == self._root_id]
                 if not self.root_gone.is_set():
                     self.root_gone.set()

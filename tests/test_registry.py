@@ -1,0 +1,113 @@
+"""The root's registry and liveness rules, on a virtual clock."""
+
+from __future__ import annotations
+
+import pytest
+
+from actorwire.messages import DownReason, NodeInfo
+from actorwire.transport import Registry, RegistryError
+
+ROOT = NodeInfo(node_id="root", endpoints=["ipc:///tmp/root"], host="h")
+A = NodeInfo(node_id="a", endpoints=["ipc:///tmp/a"], host="h")
+B = NodeInfo(node_id="b", endpoints=["tcp://10.0.0.2:5555"], host="other")
+
+
+def registry() -> Registry:
+    reg = Registry(root_node=ROOT, staleness_timeout=3.0, now=0.0)
+    reg.join(A, now=0.0)
+    reg.join(B, now=0.0)
+    return reg
+
+
+def test_join_announces_the_node() -> None:
+    reg = Registry(root_node=ROOT, staleness_timeout=3.0, now=0.0)
+    update = reg.join(A, now=0.0)
+    assert update.nodes == {"a": A}
+    assert set(reg.nodes) == {"root", "a"}
+
+
+def test_duplicate_node_id_is_refused() -> None:
+    reg = registry()
+    with pytest.raises(RegistryError, match="node id 'a' is already in this system"):
+        reg.join(A, now=1.0)
+
+
+def test_register_and_names() -> None:
+    reg = registry()
+    update = reg.register("a", ["worker/0", "worker/1"])
+    assert update.added == {"worker/0": "a", "worker/1": "a"}
+    assert reg.names == {"worker/0": "a", "worker/1": "a"}
+
+
+def test_register_from_unknown_node() -> None:
+    with pytest.raises(RegistryError, match="node 'zzz' has not joined"):
+        registry().register("zzz", ["x"])
+
+
+def test_duplicate_name_is_refused_unless_takeover() -> None:
+    reg = registry()
+    reg.register("a", ["coordinator"])
+    with pytest.raises(RegistryError, match="actor name 'coordinator' is already taken by node 'a'"):
+        reg.register("b", ["coordinator"])
+    update = reg.register("b", ["coordinator"], takeover=True)
+    assert update.added == {"coordinator": "b"}
+    # The old holder no longer owns it: its death does not remove the name.
+    reg.seen("b", now=9.0)
+    (drop,) = reg.check(now=10.0)
+    assert drop.left_nodes == ["a"]
+    assert drop.removed == []
+    assert reg.names["coordinator"] == "b"
+
+
+def test_unregister_is_a_clean_exit() -> None:
+    reg = registry()
+    reg.register("a", ["w"])
+    update = reg.unregister("a", ["w"])
+    assert update.removed == ["w"] and update.reasons == {"w": DownReason.EXITED}
+    # Unregistering a name one does not hold changes nothing.
+    assert reg.unregister("b", ["w"]).removed == []
+
+
+def test_staleness_marks_unreachable_and_any_message_refreshes() -> None:
+    reg = registry()
+    reg.register("a", ["worker/0"])
+    reg.register("b", ["worker/1"])
+    reg.seen("a", now=2.0)
+    assert reg.check(now=2.9) == []
+    updates = reg.check(now=3.5)  # b silent 3.5 s > 3 s; a silent 1.5 s
+    assert [u.removed for u in updates] == [["worker/1"]]
+    assert updates[0].reasons == {"worker/1": DownReason.UNREACHABLE}
+    assert "no heartbeat for 3.5 s" in updates[0].detail
+    assert updates[0].left_nodes == ["b"]
+    assert reg.names == {"worker/0": "a"}
+
+
+def test_root_is_never_stale() -> None:
+    reg = Registry(root_node=ROOT, staleness_timeout=3.0, now=0.0)
+    reg.register("root", ["coordinator"])
+    assert reg.check(now=1000.0) == []
+
+
+def test_exit_detection_reports_dead() -> None:
+    reg = registry()
+    reg.register("a", ["worker/0"])
+    update = reg.process_exited("a", -9)
+    assert update.reasons == {"worker/0": DownReason.DEAD}
+    assert update.detail == "node a: process exited with status -9"
+
+
+def test_clean_exit_is_latched_and_never_counted_as_death() -> None:
+    reg = registry()
+    reg.register("a", ["worker/0"])
+    update = reg.exiting("a")
+    assert update.reasons == {"worker/0": DownReason.EXITED}
+    # The process then exits (status 0) and stops heartbeating: neither
+    # detector may turn the clean exit into a death.
+    assert reg.process_exited("a", 0).removed == []
+    assert all("a" not in u.left_nodes for u in reg.check(now=100.0))
+
+
+def test_exit_of_unknown_node_is_ignored() -> None:
+    reg = registry()
+    assert reg.process_exited("ghost", 1).removed == []
+    assert reg.exiting("ghost").removed == []

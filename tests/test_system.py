@@ -1,0 +1,334 @@
+"""The runtime inside one process: tell/ask, errors, inboxes, timers, supervision, lifecycle."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import Iterator
+
+import pytest
+from _actors import Echo
+
+from actorwire import messages as m
+from actorwire.actors import (
+    Actor,
+    ActorDead,
+    ActorSystem,
+    AskTimeout,
+    BackpressureTimeout,
+    Context,
+    JoinRefused,
+    RemoteError,
+    RuntimeConfig,
+    SystemClosed,
+    UnexpectedReply,
+    UnknownActor,
+    WouldBlock,
+    handler,
+)
+
+SYNC = m.SyncNow(cycle=1)
+
+
+@pytest.fixture
+def system() -> Iterator[ActorSystem]:
+    s = ActorSystem(config=RuntimeConfig(heartbeat_interval=0.1, staleness_timeout=1.0))
+    try:
+        yield s
+    finally:
+        s.shutdown()
+
+
+class Gate(Actor):
+    """Blocks in its handler until released: a stalled receiver."""
+
+    def __init__(self, release: threading.Event) -> None:
+        self.release = release
+
+    @handler
+    def on_throttle(self, msg: m.Throttle, ctx: Context) -> None:
+        self.release.wait(30)
+
+    @handler
+    def on_sync(self, msg: m.SyncNow, ctx: Context) -> None:
+        if ctx.correlation_id:
+            ctx.reply(m.SyncAck(rank=0, step_count=0))
+
+
+class Failing(Actor):
+    @handler
+    def on_sync(self, msg: m.SyncNow, ctx: Context) -> None:
+        raise ValueError("boom")
+
+    @handler
+    def on_batch(self, msg: m.Batch, ctx: Context) -> None:
+        ctx.reply(msg)
+
+
+class Silent(Actor):
+    @handler
+    def on_sync(self, msg: m.SyncNow, ctx: Context) -> None:
+        pass
+
+
+def test_tell_and_ask(system: ActorSystem) -> None:
+    system.spawn(Echo(), "echo")
+    assert system.ask("echo", SYNC, timeout=5) == SYNC
+    assert system.ask("echo", SYNC, timeout=5, expect=m.SyncNow) == SYNC
+    with pytest.raises(UnexpectedReply, match="'echo' answered `sync_now`, expected `sync_ack`"):
+        system.ask("echo", SYNC, timeout=5, expect=m.SyncAck)
+
+
+def test_ask_timeout_names_target_and_kind(system: ActorSystem) -> None:
+    system.spawn(Silent(), "silent")
+    with pytest.raises(AskTimeout, match=r"no reply from 'silent' to `sync_now` within 0.2 s") as info:
+        system.ask("silent", SYNC, timeout=0.2)
+    assert (info.value.target, info.value.kind) == ("silent", "sync_now")
+    assert isinstance(info.value, TimeoutError)
+
+
+def test_unknown_target_suggests_close_names(system: ActorSystem) -> None:
+    system.spawn(Echo(), "echo")
+    with pytest.raises(UnknownActor, match=r"no actor named 'ecoh' in this system \(did you mean 'echo'\?\)"):
+        system.tell("ecoh", SYNC)
+    with pytest.raises(UnknownActor):
+        system.ask("nobody", SYNC, timeout=1)
+
+
+def test_handler_error_reaches_the_asker_and_the_actor_lives_on(system: ActorSystem) -> None:
+    system.spawn(Failing(), "failing")
+    with pytest.raises(RemoteError, match=r"'failing' failed the request \(handler_failed\): ValueError: boom"):
+        system.ask("failing", SYNC, timeout=5)
+    batch = m.Batch(rank=0, batch_ms=1.0, step_count=0, batch_loss=0.0)
+    assert system.ask("failing", batch, timeout=5) == batch
+
+
+def test_missing_handler_is_an_error_reply(system: ActorSystem) -> None:
+    system.spawn(Silent(), "silent")
+    with pytest.raises(RemoteError, match="no_handler.*Silent has no handler for `shutdown`") as info:
+        system.ask("silent", m.Shutdown(), timeout=5)
+    assert info.value.code is m.ErrorCode.NO_HANDLER
+
+
+def test_duplicate_name_in_one_process(system: ActorSystem) -> None:
+    system.spawn(Echo(), "echo")
+    with pytest.raises(ValueError, match="an actor named 'echo' already runs in this process"):
+        system.spawn(Echo(), "echo")
+    with pytest.raises(TypeError, match="spawn\\(\\) takes an Actor instance, got type"):
+        system.spawn(Echo, "e2")  # type: ignore[arg-type]
+
+
+def test_inbox_poll_never_blocks_and_get_waits(system: ActorSystem) -> None:
+    inbox = system.inbox("trainer")
+    assert inbox.poll() is None
+    assert inbox.get(timeout=0.01) is None
+    system.spawn(Echo(), "echo")
+    inbox.tell("echo", m.Shutdown())
+    assert inbox.ask("echo", SYNC, timeout=5) == SYNC
+    system.tell("trainer", m.Heartbeat(rank=1))
+    got = inbox.get(timeout=5)
+    assert got is not None and got.message == m.Heartbeat(rank=1)
+    assert got.sender.startswith("~")
+    assert list(inbox.drain()) == []
+
+
+def test_inbox_answers_an_actor_ask(system: ActorSystem) -> None:
+    class Asker(Actor):
+        def __init__(self) -> None:
+            self.answer: m.Message | None = None
+
+        @handler
+        def on_start_epoch(self, msg: m.StartEpoch, ctx: Context) -> None:
+            ctx.ask("trainer", m.SyncNow(cycle=7), timeout=5)
+
+        @handler
+        def on_ack(self, msg: m.SyncAck, ctx: Context) -> None:
+            ctx.tell("trainer", m.Heartbeat(rank=msg.rank, step_count=msg.step_count))
+
+    inbox = system.inbox("trainer")
+    system.spawn(Asker(), "asker")
+    system.tell("asker", m.StartEpoch(epoch=0, partition_offset=0, partition_size=1))
+    request = inbox.get(timeout=5)
+    assert request is not None and request.message == m.SyncNow(cycle=7)
+    inbox.reply(request, m.SyncAck(rank=3, step_count=9))
+    done = inbox.get(timeout=5)
+    assert done is not None and done.message == m.Heartbeat(rank=3, step_count=9)
+    with pytest.raises(RuntimeError, match="is not an ask"):
+        inbox.reply(done, m.Shutdown())
+
+
+def test_actor_ask_failure_arrives_as_a_message(system: ActorSystem) -> None:
+    class Asker(Actor):
+        @handler
+        def on_start_epoch(self, msg: m.StartEpoch, ctx: Context) -> None:
+            ctx.ask("silent", SYNC, timeout=0.1)
+
+        @handler
+        def on_failed(self, msg: m.AskFailed, ctx: Context) -> None:
+            ctx.tell("trainer", m.JoinRejected(reason=f"{msg.code.value}: {msg.reason}"))
+
+    inbox = system.inbox("trainer")
+    system.spawn(Silent(), "silent")
+    system.spawn(Asker(), "asker")
+    system.tell("asker", m.StartEpoch(epoch=0, partition_offset=0, partition_size=1))
+    got = inbox.get(timeout=5)
+    assert got is not None
+    assert got.message == m.JoinRejected(reason="timeout: no reply from 'silent' to `sync_now` within 0.1 s")
+
+
+def test_timers_fire_in_the_live_runtime(system: ActorSystem) -> None:
+    class Ticker(Actor):
+        def on_start(self, ctx: Context) -> None:
+            ctx.start_timer("tick", 0.01, periodic=True)
+            ctx.start_timer("once", 0.0)
+
+        @handler
+        def on_timer(self, msg: m.TimerFired, ctx: Context) -> None:
+            ctx.tell("trainer", m.Heartbeat(rank=0, step_count=msg.count) if msg.key == "tick" else m.Shutdown())
+            if msg.key == "tick" and msg.count == 3:
+                ctx.cancel_timer("tick")
+
+    inbox = system.inbox("trainer")
+    system.spawn(Ticker(), "ticker")
+    got = [inbox.get(timeout=5) for _ in range(4)]
+    kinds = sorted(type(g.message).__name__ for g in got if g is not None)
+    assert kinds == ["Heartbeat", "Heartbeat", "Heartbeat", "Shutdown"]
+    assert inbox.get(timeout=0.1) is None  # cancelled after the third tick
+
+
+def test_watch_reports_a_clean_stop_and_later_sends_fail(system: ActorSystem) -> None:
+    inbox = system.inbox("trainer")
+    system.spawn(Echo(), "echo")
+    inbox.watch("echo")
+    system.stop("echo")
+    got = inbox.get(timeout=5)
+    assert got is not None and got.message == m.Down(name="echo", reason=m.DownReason.EXITED)
+    with pytest.raises(ActorDead, match="actor 'echo' is exited"):
+        system.tell("echo", SYNC)
+    inbox.watch("echo")  # already gone: Down at once
+    again = inbox.get(timeout=5)
+    assert again is not None and again.message.reason is m.DownReason.EXITED  # type: ignore[attr-defined]
+
+
+def test_broadcast_to_a_group(system: ActorSystem) -> None:
+    class Caster(Actor):
+        @handler
+        def on_start_epoch(self, msg: m.StartEpoch, ctx: Context) -> None:
+            ctx.broadcast("worker/*", msg)
+
+    inboxes = [system.inbox(f"worker/{i}") for i in range(3)]
+    system.spawn(Caster(), "caster")
+    plan = m.StartEpoch(epoch=1, partition_offset=0, partition_size=8)
+    system.tell("caster", plan)
+    for inbox in inboxes:
+        got = inbox.get(timeout=5)
+        assert got is not None and got.message == plan and got.sender == "caster"
+
+
+def test_asyncio_ask(system: ActorSystem) -> None:
+    system.spawn(Echo(), "echo")
+    system.spawn(Silent(), "silent")
+
+    async def main() -> None:
+        assert await system.ask_async("echo", SYNC, timeout=5) == SYNC
+        with pytest.raises(AskTimeout):
+            await system.ask_async("silent", SYNC, timeout=0.1)
+
+    asyncio.run(main())
+
+
+def test_backpressure_against_a_stalled_local_actor() -> None:
+    release = threading.Event()
+    with ActorSystem(config=RuntimeConfig(mailbox_capacity=2)) as system:
+        system.spawn(Gate(release), "gate")
+        system.tell("gate", m.Throttle())  # taken by the handler, which then blocks
+        system.wait_for("gate")
+        sent = 0
+        with pytest.raises(BackpressureTimeout, match="'gate'.*`sync_now` was not sent"):
+            for _ in range(10):
+                system.tell("gate", SYNC, timeout=0.1)
+                sent += 1
+        assert sent >= 2
+        with pytest.raises(WouldBlock, match="the mailbox of 'gate' is full"):
+            system.tell_nowait("gate", SYNC)
+        release.set()
+        assert system.ask("gate", SYNC, timeout=10) == m.SyncAck(rank=0, step_count=0)
+
+
+def test_shutdown_fails_waiting_asks_and_later_calls() -> None:
+    system = ActorSystem()
+    system.spawn(Silent(), "silent")
+    errors: list[BaseException] = []
+
+    def asker() -> None:
+        try:
+            system.ask("silent", SYNC, timeout=60)
+        except BaseException as exc:  # noqa: BLE001 - the test inspects it
+            errors.append(exc)
+
+    t = threading.Thread(target=asker)
+    t.start()
+    while not system._node._asks:  # wait until the ask is registered (bounded by pytest-timeout)
+        threading.Event().wait(0.001)
+    system.shutdown()
+    t.join(10)
+    # The target stopped first (ActorDead) or the node closed first (SystemClosed): never a hang.
+    assert len(errors) == 1 and isinstance(errors[0], (SystemClosed, ActorDead))
+    with pytest.raises(SystemClosed):
+        system.tell("silent", SYNC)
+    with pytest.raises(SystemClosed):
+        system.spawn(Echo(), "late")
+    system.shutdown()  # idempotent
+
+
+def test_join_with_the_wrong_run_id_is_refused(system: ActorSystem) -> None:
+    with pytest.raises(JoinRefused, match="run id 'other' is not this run's"):
+        ActorSystem(run_id="other", join=system.endpoint)
+
+
+def test_join_name_clash_across_processes(system: ActorSystem) -> None:
+    system.spawn(Echo(), "echo")
+    member = ActorSystem(run_id=system.run_id, join=system.endpoint)
+    try:
+        with pytest.raises(JoinRefused, match="actor name 'echo' is already taken"):
+            member.spawn(Echo(), "echo")
+        member.spawn(Echo(), "echo/2")
+        assert system.ask("echo/2", SYNC, timeout=5) == SYNC
+        assert member.ask("echo", SYNC, timeout=5) == SYNC
+    finally:
+        member.shutdown()
+
+
+def test_bad_join_endpoint() -> None:
+    with pytest.raises(ValueError, match="cannot connect to the root at 'nonsense://x'"):
+        ActorSystem(run_id="r", join="nonsense://x")
+    with pytest.raises(ValueError, match="joining a system needs its run_id"):
+        ActorSystem(join="ipc:///tmp/x")
+
+
+def test_silent_root_times_out(tmp_path) -> None:
+    config = RuntimeConfig(timeout_scale=0.05)
+    with pytest.raises(TimeoutError, match="no answer from the root at ipc://"):
+        ActorSystem(run_id="r", join=f"ipc://{tmp_path}/nobody.sock", config=config)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "text"),
+    [
+        ({"heartbeat_interval": 0}, "heartbeat_interval must be positive, got 0"),
+        ({"staleness_timeout": 0.5}, r"staleness_timeout \(0.5 s\) must exceed heartbeat_interval \(1.0 s\)"),
+        ({"window": 1}, "window must be >= 2"),
+        ({"timeout_scale": -1.0}, "timeout_scale must be positive"),
+    ],
+)
+def test_config_is_validated(kwargs: dict, text: str) -> None:
+    with pytest.raises(ValueError, match=text):
+        RuntimeConfig(**kwargs)
+
+
+def test_timeout_scale_from_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ACTORWIRE_TIMEOUT_SCALE", "2.5")
+    assert RuntimeConfig().scaled(3.0) == 7.5
+    monkeypatch.setenv("ACTORWIRE_TIMEOUT_SCALE", "fast")
+    with pytest.raises(ValueError, match="ACTORWIRE_TIMEOUT_SCALE must be a number, got 'fast'"):
+        RuntimeConfig()
