@@ -84,6 +84,9 @@ class Actor:
             for attr, fn in vars(klass).items():
                 if not hasattr(fn, "__actorwire_handles__"):
                     continue
+                if attr in _HOOKS:
+                    raise TypeError(f"{klass.__name__}.{attr}: {attr}() is a lifecycle hook; "
+                                    f"name the handler something else")
                 kinds = fn.__actorwire_handles__ or _annotated_types(klass, fn)
                 for kind in kinds:
                     owner = table.get(kind)
@@ -128,6 +131,9 @@ class Actor:
     def config(self) -> dict[str, Any]:
         """JSON-able settings that rebuild this actor (recorded for replay); default none."""
         return {}
+
+
+_HOOKS = frozenset({"on_start", "on_stop", "on_error", "on_unhandled", "handler_for", "config"})
 
 
 def _defined_here(cls: type, attr: str) -> bool:

@@ -44,6 +44,10 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         from . import _bench_codec
 
         results = _bench_codec.run(args.kinds.split(",") if args.kinds else None)
+    elif args.suite == "bus":
+        from . import _bench_bus
+
+        results = _bench_bus.run(n=args.messages, asks=args.asks)
     else:  # argparse choices keep this unreachable
         raise AssertionError(args.suite)
     report(args.suite, results, args.json)
@@ -54,6 +58,16 @@ def _cmd_demo(args: argparse.Namespace) -> int:
     from ._demo import run_demo
 
     return run_demo(args)
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -70,9 +84,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_messages)
 
     p = sub.add_parser("bench", help="measure actorwire against its baseline in one run")
-    p.add_argument("suite", choices=["codec"], help="which suite to run")
+    p.add_argument("suite", choices=["codec", "bus"], help="which suite to run")
     p.add_argument("--json", metavar="PATH", help="also write the results as JSON")
     p.add_argument("--kinds", metavar="K1,K2", help="codec: only these message kinds")
+    p.add_argument("--messages", type=_positive, default=200_000, metavar="N",
+                   help="bus: messages per throughput case (default 200000)")
+    p.add_argument("--asks", type=_positive, default=3000, metavar="N",
+                   help="bus: round trips per latency case (default 3000)")
     p.set_defaults(func=_cmd_bench)
 
     p = sub.add_parser("demo", help="run the end-to-end demo")

@@ -161,61 +161,74 @@ class _Cell:
         except Exception:
             log.exception("on_start failed; the actor stops")
             self.stopping = True
-        get = self.mailbox.get
+        get_many = self.mailbox.get_many
+        leftover: list[tuple[Envelope, Any, str | None]] = []
         while not self.stopping:
             try:
-                item = get()
+                batch = get_many()
             except SystemClosed:
                 break
-            envelope, message, source = item
-            if message is _STOP:
-                break
-            ctx.envelope = envelope
-            ctx._source = source
-            try:
-                method = methods.get(type(message))
-                if method is None:
-                    name = actor.handler_for(type(message))
-                    method = getattr(actor, name) if name else False
-                    methods[type(message)] = method
-                if method:
-                    method(message, ctx)
-                else:
-                    actor.on_unhandled(message, ctx)
-                    if envelope.correlation_id and not envelope.is_reply:
-                        node.reply(self.name, envelope, source, ErrorReply(
-                            code=ErrorCode.NO_HANDLER, request_kind=type(message).wire_tag(),
-                            message=f"{type(actor).__name__} has no handler for `{type(message).wire_tag()}`"))
-            except Exception as exc:
-                log.exception("handler failed", kind=type(message).wire_tag())
-                if envelope.correlation_id and not envelope.is_reply:
-                    try:
-                        node.reply(self.name, envelope, source, ErrorReply(
-                            code=ErrorCode.HANDLER_FAILED, request_kind=type(message).wire_tag(),
-                            message=f"{type(exc).__name__}: {exc}"))
-                    except Exception:
-                        log.exception("could not send the error reply")
-                try:
-                    if not actor.on_error(exc, message, ctx):
-                        self.stopping = True
-                except Exception:
-                    log.exception("on_error failed; the actor stops")
+            # Credit for remote senders goes back once per batch, not per message.
+            acks: dict[tuple[str, str, str], int] = {}
+            for i, (envelope, message, source) in enumerate(batch):
+                if message is _STOP or self.stopping:
+                    leftover = batch[i:]
                     self.stopping = True
-            finally:
+                    break
+                ctx.envelope = envelope
+                ctx._source = source
+                try:
+                    method = methods.get(type(message))
+                    if method is None:
+                        name = actor.handler_for(type(message))
+                        method = getattr(actor, name) if name else False
+                        methods[type(message)] = method
+                    if method:
+                        method(message, ctx)
+                    else:
+                        self._unhandled(message, envelope, source)
+                except Exception as exc:
+                    self._failed(exc, message, envelope, source)
                 if source is not None:
-                    node.handled(source, envelope)
+                    acks[(source, envelope.sender, envelope.target)] = envelope.seq
+            if acks:
+                node.handled_many(acks, len(batch) - len(leftover))
         ctx.envelope = None
         try:
             actor.on_stop(ctx)
         except Exception:
             log.exception("on_stop failed")
-        self._retire()
+        self._retire(leftover)
 
-    def _retire(self) -> None:
+    def _unhandled(self, message: Message, envelope: Envelope, source: str | None) -> None:
+        self.actor.on_unhandled(message, self.ctx)
+        if envelope.correlation_id and not envelope.is_reply:
+            self.system._node.reply(self.name, envelope, source, ErrorReply(
+                code=ErrorCode.NO_HANDLER, request_kind=type(message).wire_tag(),
+                message=f"{type(self.actor).__name__} has no handler for `{type(message).wire_tag()}`"))
+
+    def _failed(self, exc: Exception, message: Message, envelope: Envelope, source: str | None) -> None:
+        log = self.log
+        log.exception("handler failed", kind=type(message).wire_tag())
+        if envelope.correlation_id and not envelope.is_reply:
+            try:
+                self.system._node.reply(self.name, envelope, source, ErrorReply(
+                    code=ErrorCode.HANDLER_FAILED, request_kind=type(message).wire_tag(),
+                    message=f"{type(exc).__name__}: {exc}"))
+            except Exception:
+                log.exception("could not send the error reply")
+        try:
+            if not self.actor.on_error(exc, message, self.ctx):
+                self.stopping = True
+        except Exception:
+            log.exception("on_error failed; the actor stops")
+            self.stopping = True
+
+    def _retire(self, leftover: list[tuple[Envelope, Any, str | None]]) -> None:
         system, node = self.system, self.system._node
         system._timers.cancel_all(self)
         node.remove_local(self.name)
-        left = self.mailbox.close()
+        left = leftover + self.mailbox.close()
         tells = 0
         for envelope, message, source in left:
             if message is _STOP:
@@ -388,7 +401,7 @@ class ActorSystem:
             raise TypeError(f"spawn() takes an Actor instance, got {type(actor).__name__}")
         self._check_open()
         cell = _Cell(self, name, actor, _stable_int(f"{self.seed}:{name}"))
-        self._node.add_local(name, cell.deliver)
+        self._node.add_local(name, cell.deliver, deliver_many=cell.mailbox.put_many)
         self._cells[name] = cell
         cell.thread.start()
         if self._proctitle:
@@ -460,7 +473,7 @@ class ActorSystem:
         """A named mailbox for the calling user thread."""
         self._check_open()
         inbox = Inbox(self, name)
-        self._node.add_local(name, inbox._deliver)
+        self._node.add_local(name, inbox._deliver, deliver_many=inbox._mailbox.put_many)
         self._inboxes[name] = inbox
         return inbox
 

@@ -121,6 +121,23 @@ class Codec:
         encode = self._encoder.encode
         return b"\x92" + encode(envelope) + encode(message)
 
+    def encode_record_fields(
+        self, sender: str, target: str, seq: int, correlation_id: int, is_reply: bool,
+        mono_ns: int, wall_ns: int, trace_id: str | None, message: Message,
+    ) -> bytes:
+        """:meth:`encode_record` without building an :class:`Envelope` first.
+
+        The sender's hot path: one encoder call on a tuple is half the cost of
+        a struct plus two encodes (profile: 1.0 vs 2.3 us per message).  The
+        bytes are identical; a test pins that.
+        """
+        if not isinstance(message, Message):
+            raise TypeError(f"expected an actorwire message, got {type(message).__name__}")
+        return self._encoder.encode(
+            ((PROTOCOL_VERSION, sender, target, seq, correlation_id, is_reply, mono_ns, wall_ns, trace_id),
+             message)
+        )
+
     @staticmethod
     def join_records(records: list[bytes]) -> bytes:
         """A batch frame from records made by :meth:`encode_record`."""

@@ -88,6 +88,13 @@ def test_explicit_handler_types_and_bad_declarations() -> None:
             def on_b(self, msg: m.Batch, ctx: Context) -> None: ...
 
 
+def test_handler_may_not_take_a_hook_name() -> None:
+    with pytest.raises(TypeError, match=r"Bad.on_start: on_start\(\) is a lifecycle hook"):
+        class Bad(Actor):  # noqa: F841
+            @handler
+            def on_start(self, msg: m.StartEpoch, ctx: Context) -> None: ...
+
+
 def test_subclass_may_override_a_handler() -> None:
     class Base(Actor):
         @handler

@@ -64,3 +64,21 @@ def test_bad_usage_exits_2() -> None:
     proc = subprocess.run([sys.executable, "-m", "actorwire", "frobnicate"], capture_output=True, text=True, timeout=60)
     assert proc.returncode == 2
     assert "invalid choice: 'frobnicate'" in proc.stderr
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_bench_bus_runs_end_to_end(tmp_path) -> None:
+    out = tmp_path / "bus.json"
+    proc = subprocess.run([sys.executable, "-m", "actorwire", "bench", "bus", "--messages", "2000", "--asks", "50",
+                           "--json", str(out)], capture_output=True, text=True, timeout=280)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    doc = json.loads(out.read_text())
+    names = [r["name"] for r in doc["results"]]
+    for name in ("bus.tell.inproc", "bus.tell.ipc", "bus.tell.tcp", "bus.ask_p50.ipc", "bus.ask_p99.tcp",
+                 "bus.fanin.ipc", "bus.broadcast.ipc"):
+        assert name in names
+    for r in doc["results"]:
+        assert r["value"] > 0
+        if r["baseline"] is not None:
+            assert r["ratio"] == pytest.approx(r["value"] / r["baseline"])

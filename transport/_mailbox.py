@@ -70,6 +70,30 @@ class Mailbox(Generic[T]):
                 self._not_empty.notify()
         return True
 
+    def put_many(self, items: list[T]) -> None:
+        """Append ``items`` regardless of capacity (the I/O thread's bulk path)."""
+        if self._closed:
+            raise SystemClosed("mailbox is closed")
+        self._items.extend(items)
+        if self._waiting:
+            with self._lock:
+                self._not_empty.notify()
+
+    def get_many(self, limit: int = 1024) -> list[T]:
+        """Wait for at least one item, then take up to ``limit`` of them, oldest first."""
+        first = self.get()
+        out = [first]  # type: ignore[list-item]
+        popleft = self._items.popleft
+        try:
+            for _ in range(min(limit - 1, len(self._items))):
+                out.append(popleft())
+        except IndexError:
+            pass
+        if self._capacity:
+            with self._lock:
+                self._not_full.notify_all()
+        return out
+
     def put_nowait(self, item: T) -> bool:
         return self.put(item, timeout=0.0)
 
