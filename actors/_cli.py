@@ -94,6 +94,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_bench)
 
     p = sub.add_parser("demo", help="run the end-to-end demo")
+    p.add_argument("--workers", type=_positive, default=3, help="child processes (default 3)")
+    p.add_argument("--kill-rank", type=int, metavar="R", help="SIGKILL this rank half-way through")
     p.set_defaults(func=_cmd_demo)
     return parser
 
