@@ -21,6 +21,7 @@ Example::
 
 from __future__ import annotations
 
+import inspect
 import types
 import typing
 from collections.abc import Callable
@@ -128,9 +129,28 @@ class Actor:
                     break
         return name
 
+    def __new__(cls, *args: Any, **kwargs: Any) -> Actor:
+        self = super().__new__(cls)
+        # Remembered so that config() can rebuild the actor for replay by default.
+        self._actorwire_init = (args, kwargs)
+        return self
+
     def config(self) -> dict[str, Any]:
-        """JSON-able settings that rebuild this actor (recorded for replay); default none."""
-        return {}
+        """Keyword arguments that rebuild this actor (recorded in logs, used by replay).
+
+        By default, the arguments the actor was constructed with.  Override it
+        when those are not plain data (msgpack-encodable).
+        """
+        args, kwargs = getattr(self, "_actorwire_init", ((), {}))
+        if not args:
+            return dict(kwargs)
+        try:
+            bound = inspect.signature(type(self).__init__).bind(self, *args, **kwargs)
+        except TypeError:
+            return {}
+        params = dict(bound.arguments)
+        params.pop("self", None)
+        return params
 
 
 _HOOKS = frozenset({"on_start", "on_stop", "on_error", "on_unhandled", "handler_for", "config"})

@@ -44,6 +44,10 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         from . import _bench_codec
 
         results = _bench_codec.run(args.kinds.split(",") if args.kinds else None)
+    elif args.suite == "record":
+        from . import _bench_record
+
+        results = _bench_record.run(n=args.messages)
     elif args.suite == "bus":
         from . import _bench_bus
 
@@ -84,7 +88,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_messages)
 
     p = sub.add_parser("bench", help="measure actorwire against its baseline in one run")
-    p.add_argument("suite", choices=["codec", "bus"], help="which suite to run")
+    p.add_argument("suite", choices=["codec", "bus", "record"], help="which suite to run")
     p.add_argument("--json", metavar="PATH", help="also write the results as JSON")
     p.add_argument("--kinds", metavar="K1,K2", help="codec: only these message kinds")
     p.add_argument("--messages", type=_positive, default=200_000, metavar="N",
@@ -93,9 +97,14 @@ def build_parser() -> argparse.ArgumentParser:
                    help="bus: round trips per latency case (default 3000)")
     p.set_defaults(func=_cmd_bench)
 
+    from ._logcli import add_parsers
+
+    add_parsers(sub)
+
     p = sub.add_parser("demo", help="run the end-to-end demo")
     p.add_argument("--workers", type=_positive, default=3, help="child processes (default 3)")
     p.add_argument("--kill-rank", type=int, metavar="R", help="SIGKILL this rank half-way through")
+    p.add_argument("--record", metavar="DIR", help="record every actor's messages into DIR")
     p.set_defaults(func=_cmd_demo)
     return parser
 

@@ -69,7 +69,7 @@ def run_demo(args: argparse.Namespace) -> int:
         print(f"actorwire demo: --kill-rank must be between 0 and {workers - 1}, got {args.kill_rank}")
         return 2
     started = time.monotonic()
-    with ActorSystem() as system:
+    with ActorSystem(record=args.record) as system:
         inbox = system.inbox("main")
         system.spawn(Tally(), "tally")
         children = {
@@ -95,4 +95,7 @@ def run_demo(args: argparse.Namespace) -> int:
             failed += r.error is not None
             print(f"{r.rank:>4}  {r.schedule_id:>7}  {r.metric:>9.4f}  {r.error or 'exited cleanly'}")
     print(f"done in {time.monotonic() - started:.1f} s; {failed} of {workers} reporters lost")
+    if args.record:
+        print(f"recorded into {args.record}: try `actorwire log show {args.record}` or "
+              f"`actorwire replay {args.record} --actor tally`")
     return 0

@@ -41,6 +41,7 @@ from actorwire.transport import (
 from ._actor import Actor
 from ._context import LiveContext
 from ._launch import ActorSpec, ChildProcess, set_process_title
+from ._record import RecordingContext, Recorder, RecordSettings
 from ._timers import Timers
 
 R = TypeVar("R", bound=Message)
@@ -113,7 +114,14 @@ class _Cell:
         self.actor = actor
         self.mailbox: Mailbox[tuple[Envelope, Any, str | None]] = Mailbox(system.config.mailbox_capacity)
         self.log = _ActorLog(get_logger(actor=name, rank=system.rank, cls=type(actor).__qualname__))
-        self.ctx = LiveContext(self, seed)
+        self.recorder: Recorder | None = None
+        settings = system._record
+        if settings is not None and settings.wants(name):
+            self.recorder = Recorder(settings, run_id=system.run_id, name=name, actor=actor, rank=system.rank,
+                                     seed=seed)
+            self.ctx: LiveContext = RecordingContext(self, seed, self.recorder)
+        else:
+            self.ctx = LiveContext(self, seed)
         self.log._ctx = self.ctx
         self.stopping = False
         self.thread = threading.Thread(target=self._run, name=f"actor {name}", daemon=True)
@@ -156,6 +164,9 @@ class _Cell:
     def _run(self) -> None:
         actor, ctx, node, log = self.actor, self.ctx, self.system._node, self.log
         methods: dict[type, Any] = {}
+        rec = self.recorder
+        if rec is not None:
+            rec.begin()
         try:
             actor.on_start(ctx)
         except Exception:
@@ -177,6 +188,9 @@ class _Cell:
                     break
                 ctx.envelope = envelope
                 ctx._source = source
+                error: Exception | None = None
+                if rec is not None:
+                    rec.message(envelope, message)
                 try:
                     method = methods.get(type(message))
                     if method is None:
@@ -188,7 +202,10 @@ class _Cell:
                     else:
                         self._unhandled(message, envelope, source)
                 except Exception as exc:
+                    error = exc
                     self._failed(exc, message, envelope, source)
+                if rec is not None:
+                    rec.done(error)
                 if source is not None:
                     acks[(source, envelope.sender, envelope.target)] = envelope.seq
             if acks:
@@ -227,6 +244,8 @@ class _Cell:
     def _retire(self, leftover: list[tuple[Envelope, Any, str | None]]) -> None:
         system, node = self.system, self.system._node
         system._timers.cancel_all(self)
+        if self.recorder is not None:
+            self.recorder.close()
         node.remove_local(self.name)
         left = leftover + self.mailbox.close()
         tells = 0
@@ -346,6 +365,7 @@ class ActorSystem:
         takeover: bool = False,
         node_id: str | None = None,
         proctitle: bool = False,
+        record: str | RecordSettings | None = None,
     ) -> None:
         if join is not None and run_id is None:
             raise ValueError("joining a system needs its run_id")
@@ -359,6 +379,7 @@ class ActorSystem:
         self._watch_lock = threading.Lock()
         self._thread_names = threading.local()
         self._closed = False
+        self._record = RecordSettings(record) if isinstance(record, str) else record or RecordSettings.from_env()
         self.log = get_logger(run_id=self.run_id, rank=rank)
         self._node = Node(run_id=self.run_id, root_endpoint=join, bind_tcp=bind, config=self.config,
                           on_down=self._on_down, node_id=node_id, takeover=takeover)
@@ -430,6 +451,9 @@ class ActorSystem:
             specs = [ActorSpec(name, target, (config or {}).get(name, {})) for name, target in actors.items()]
         else:
             specs = list(actors)
+        if self._record is not None:  # children record too, into the same directory
+            env = {"ACTORWIRE_RECORD": self._record.directory,
+                   "ACTORWIRE_RECORD_ACTORS": ",".join(self._record.actors), **(env or {})}
         child = ChildProcess(self, specs, rank=rank, env=env, takeover=takeover)
         self._children.append(child)
         if wait:

@@ -97,3 +97,30 @@ class Sink(Actor):
     @handler
     def on_sync_now(self, msg: m.SyncNow, ctx: Context) -> None:
         ctx.reply(m.StageAdvisory(counts=self.seen, epochs=[]))
+
+
+class Roller(Actor):
+    """Uses every non-deterministic input: timers, the clock, randomness, asks, broadcast."""
+
+    def __init__(self, rounds: int = 5, partner: str = "echo") -> None:
+        self.rounds = rounds
+        self.partner = partner
+        self.total = 0.0
+
+    def on_start(self, ctx: Context) -> None:
+        ctx.start_timer("roll", 0.01, periodic=True)
+
+    @handler
+    def on_timer(self, msg: m.TimerFired, ctx: Context) -> None:
+        roll = ctx.random.randrange(1000) + ctx.random.random()
+        self.total += roll
+        ctx.ask(self.partner, m.LrUpdate(rank=msg.count, lr=roll), timeout=5)
+        if ctx.now() < 0:  # never true; the read itself is what matters
+            ctx.stop()
+        if msg.count >= self.rounds:
+            ctx.cancel_timer("roll")
+            ctx.broadcast("echo*", m.EvalBroadcast(epoch=msg.count, metric=self.total))
+
+    @handler
+    def on_reply(self, msg: m.LrUpdate, ctx: Context) -> None:
+        ctx.tell("main", m.Heartbeat(rank=msg.rank, step_count=int(msg.lr)))

@@ -82,3 +82,15 @@ def test_bench_bus_runs_end_to_end(tmp_path) -> None:
         assert r["value"] > 0
         if r["baseline"] is not None:
             assert r["ratio"] == pytest.approx(r["value"] / r["baseline"])
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_bench_record_runs_end_to_end(tmp_path) -> None:
+    out = tmp_path / "record.json"
+    proc = subprocess.run([sys.executable, "-m", "actorwire", "bench", "record", "--messages", "2000",
+                           "--json", str(out)], capture_output=True, text=True, timeout=280)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    doc = json.loads(out.read_text())
+    assert [r["name"] for r in doc["results"]] == ["record.tell.ipc", "record.read"]
+    assert doc["results"][0]["baseline"] > 0 and doc["results"][1]["value"] > 0

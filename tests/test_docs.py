@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import pathlib
 import re
+import sys
+import types
 
 import pytest
 
@@ -20,5 +22,9 @@ def _blocks() -> list[tuple[str, str]]:
 
 
 @pytest.mark.parametrize(("where", "code"), _blocks(), ids=[w for w, _ in _blocks()])
-def test_doc_example_runs(where: str, code: str) -> None:
-    exec(compile(code, where, "exec"), {"__name__": "__doc_example__"})
+def test_doc_example_runs(where: str, code: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    # A real module, so that classes defined by the example can be found again by
+    # name (replay rebuilds a recorded actor from its "module:Class").
+    module = types.ModuleType("__doc_example__")
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    exec(compile(code, where, "exec"), module.__dict__)

@@ -386,6 +386,23 @@ class Node:
         trace_id: str | None = None,
     ) -> int:
         """Send ``message``; returns its sequence number.  See the module doc for the guarantees."""
+        return self.send_record(sender, target, message, correlation_id=correlation_id, timeout=timeout,
+                                block=block, trace_id=trace_id)[0]
+
+    def send_record(
+        self,
+        sender: str,
+        target: str,
+        message: Message,
+        *,
+        correlation_id: int = 0,
+        timeout: float | None = None,
+        block: bool = True,
+        trace_id: str | None = None,
+    ) -> tuple[int, bytes | Envelope]:
+        """:meth:`send`, also returning what was sent: the encoded ``[envelope, body]``
+        record for a remote target, the :class:`Envelope` for a local one (recorders
+        log it without encoding the message a second time)."""
         if self._closing:
             raise SystemClosed("the actor system is closing")
         node_id = self._routes.get(target) or self.lookup(target)
@@ -404,7 +421,7 @@ class Node:
                 if not block:
                     raise WouldBlock(f"the mailbox of {target!r} is full")
                 raise BackpressureTimeout(target, type(message).wire_tag(), wait, -1)
-            return seq
+            return seq, envelope
         pair = self._pairs.get((sender, target))
         if pair is None or pair.node_id != node_id:
             pair = self._pair(sender, target, node_id)
@@ -426,7 +443,7 @@ class Node:
             # failure report already ran, so this message must fail loudly.
             self.lookup(target)
             raise ActorDead(target, DownReason.DEAD, "it went down while the message was sent")
-        return seq
+        return seq, record
 
     def ask(
         self,

@@ -1,0 +1,103 @@
+"""The recording log format: framing, CRCs, torn tails, corruption, rotation, index."""
+
+from __future__ import annotations
+
+import pathlib
+
+import pytest
+
+from actorwire import messages as m
+from actorwire.transport._logfile import (
+    INDEX_EVERY,
+    MAGIC,
+    Clock,
+    CorruptRecord,
+    In,
+    LogFormatError,
+    LogHeader,
+    Segment,
+    SegmentWriter,
+    actor_logs,
+)
+
+HEADER = LogHeader(run_id="r1", actor="worker/0", actor_class="pkg.mod:Worker", config={"rank": 0}, seed=7)
+ENV = m.Envelope(sender="coordinator", target="worker/0", seq=1)
+
+
+def write(tmp_path: pathlib.Path, n: int, **kwargs: int) -> SegmentWriter:
+    writer = SegmentWriter(tmp_path, HEADER, **kwargs)
+    for i in range(1, n + 1):
+        writer.write(In(i, i * 10, 1_000 + i, ENV, m.SyncNow(cycle=i), i * 10 + 5), i, 1_000 + i)
+        writer.write(Clock(i, float(i)))
+    writer.close()
+    return writer
+
+
+def test_round_trip_with_header(tmp_path: pathlib.Path) -> None:
+    writer = write(tmp_path, 10)
+    assert writer.directory == tmp_path / "worker_0"  # names are made safe for file systems
+    segment = Segment(writer.path)
+    assert segment.header.actor == "worker/0" and segment.header.config == {"rank": 0}
+    records = [r for _, r in segment.records()]
+    assert len(records) == 20
+    assert records[0] == In(1, 10, 1001, ENV, m.SyncNow(cycle=1), 15)
+    assert segment.data.startswith(MAGIC)
+
+
+def test_torn_tail_reads_up_to_the_last_whole_record(tmp_path: pathlib.Path) -> None:
+    writer = write(tmp_path, 10)
+    data = writer.path.read_bytes()
+    writer.path.write_bytes(data[:-7])  # the writer died mid-record
+    segment = Segment(writer.path)
+    assert len(list(segment.records())) == 19
+    assert segment.torn_tail > 0
+
+
+def test_corruption_in_the_middle_names_file_and_offset(tmp_path: pathlib.Path) -> None:
+    writer = write(tmp_path, 10)
+    segment = Segment(writer.path)
+    offsets = [o for o, _ in segment.records()]
+    data = bytearray(writer.path.read_bytes())
+    data[offsets[5] + 12] ^= 0xFF
+    writer.path.write_bytes(bytes(data))
+    with pytest.raises(CorruptRecord) as info:
+        list(Segment(writer.path).records())
+    assert str(info.value) == f"{writer.path}: corrupt record at byte {offsets[5]} (crc mismatch)"
+    kept = [r for _, r in Segment(writer.path).records(skip_corrupt=True)]
+    assert len(kept) == 19  # only the damaged record is lost
+
+
+def test_not_a_log_and_newer_format(tmp_path: pathlib.Path) -> None:
+    bad = tmp_path / "seg-000001.awlog"
+    bad.write_bytes(b"hello world")
+    with pytest.raises(LogFormatError, match="not an actorwire recording"):
+        Segment(bad)
+    writer = SegmentWriter(tmp_path / "new", LogHeader(format_version=99, run_id="r", actor="a", actor_class="m:C"))
+    writer.close()
+    with pytest.raises(LogFormatError, match="written by log format 99; this build reads up to 1"):
+        Segment(writer.path)
+
+
+def test_rotation_by_size_and_index(tmp_path: pathlib.Path) -> None:
+    write(tmp_path, 2000, max_segment_bytes=32 * 1024)
+    (segments,) = actor_logs([tmp_path]).values()
+    assert len(segments) > 2
+    total = sum(len(list(Segment(p).records())) for p in segments)
+    assert total == 4000
+    first = Segment(segments[0])
+    entries = first.index()
+    assert entries and len(entries) == -(-len(list(first.records())) // INDEX_EVERY)
+    offset, index, wall = entries[1]
+    record = dict(first.records())[offset]  # every index entry points at a whole record
+    assert isinstance(record, In) and record.index == index and record.wall_ns == wall
+
+
+def test_actor_logs_finds_recordings(tmp_path: pathlib.Path) -> None:
+    write(tmp_path, 1)
+    assert list(actor_logs([tmp_path])) == [tmp_path / "worker_0"]
+    assert list(actor_logs([tmp_path / "worker_0"])) == [tmp_path / "worker_0"]
+    with pytest.raises(FileNotFoundError, match="no such file or directory"):
+        actor_logs([tmp_path / "missing"])
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(FileNotFoundError, match="no recordings under"):
+        actor_logs([tmp_path / "empty"])

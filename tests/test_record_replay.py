@@ -1,0 +1,202 @@
+"""Recording live runs and replaying actors from them, including against changed code."""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+from collections.abc import Iterator
+
+import pytest
+from _actors import Echo, Roller
+
+from actorwire import messages as m
+from actorwire.actors import ActorSystem, Context, handler
+from actorwire.actors._logcli import Where, WhereError, collect_stats, perfetto_trace
+from actorwire.actors._replay import load_records, replay
+from actorwire.transport._logfile import In, Out
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
+TESTS = str(pathlib.Path(__file__).parent)
+
+
+@pytest.fixture(scope="module")
+def recording(tmp_path_factory: pytest.TempPathFactory) -> Iterator[pathlib.Path]:
+    """A live run: Roller (timers, clock, randomness, asks, broadcast) against two Echo actors."""
+    directory = tmp_path_factory.mktemp("rec")
+    with ActorSystem(record=str(directory)) as system:
+        inbox = system.inbox("main")
+        system.spawn(Echo(), "echo")
+        system.spawn(Echo(), "echo/b")
+        system.spawn(Roller(rounds=5), "roller")
+        for _ in range(5):
+            assert inbox.get(timeout=10) is not None
+        system.stop("roller")
+    yield directory
+
+
+def test_every_actor_was_recorded_whole(recording: pathlib.Path) -> None:
+    header, records = load_records(recording, "roller")
+    assert header.actor_class == "_actors:Roller" and header.config == {"rounds": 5}
+    inbox = [r for r in records if isinstance(r, In)]
+    kinds = [type(r.message).__name__ for r in inbox]
+    assert kinds.count("TimerFired") == 5 and kinds.count("LrUpdate") == 5
+    outs = [r for r in records if isinstance(r, Out)]
+    assert [o.how for o in outs].count("ask") == 5
+    assert {o.target for o in outs if type(o.message).__name__ == "EvalBroadcast"} == {"echo", "echo/b"}
+    _, echo = load_records(recording, "echo")
+    assert sum(isinstance(r, In) for r in echo) >= 5
+
+
+def test_exact_replay(recording: pathlib.Path) -> None:
+    for actor in ("roller", "echo", "echo/b"):
+        report = replay(recording, actor=actor)
+        assert report.ok, report.summary()
+        assert report.summary() == f"{report.messages} messages replayed, 0 divergences"
+    assert replay(recording, actor="roller").messages == 10
+
+
+def test_replay_finds_the_changed_message_and_field(recording: pathlib.Path) -> None:
+    class Changed(Roller):
+        @handler
+        def on_reply(self, msg: m.LrUpdate, ctx: Context) -> None:  # the "new code": off by one
+            ctx.tell("main", m.Heartbeat(rank=msg.rank, step_count=int(msg.lr) + 1))
+
+    report = replay(recording, actor="roller", actor_factory=lambda header: Changed(**header.config))
+    assert not report.ok
+    first = report.divergences[0]
+    assert first.kind == "lr_update"
+    (line,) = first.diff
+    expected, got = line.removeprefix("step_count: expected ").split(", got ")
+    assert int(got) == int(expected) + 1
+    _, records = load_records(recording, "roller")
+    first_reply = next(r for r in records if isinstance(r, In) and isinstance(r.message, m.LrUpdate))
+    assert first.index == first_reply.index
+    assert "1 divergences" in report.summary() and "divergence at message" in report.summary()
+
+
+def test_replay_reports_extra_random_draws(recording: pathlib.Path) -> None:
+    class Greedy(Roller):
+        @handler
+        def on_timer(self, msg: m.TimerFired, ctx: Context) -> None:
+            ctx.random.random()
+            super().on_timer(msg, ctx)
+
+    report = replay(recording, actor="roller", actor_factory=lambda header: Greedy(**header.config))
+    assert not report.ok
+    assert report.divergences[0].index >= 1
+
+
+def test_replay_cli(recording: pathlib.Path) -> None:
+    env = {**os.environ, "PYTHONPATH": TESTS}
+    ok = subprocess.run([sys.executable, "-m", "actorwire", "replay", str(recording), "--actor", "roller"],
+                        capture_output=True, text=True, env=env, timeout=60)
+    assert ok.returncode == 0 and ok.stdout.strip() == "10 messages replayed, 0 divergences"
+    many = subprocess.run([sys.executable, "-m", "actorwire", "replay", str(recording)], capture_output=True,
+                          text=True, env=env, timeout=60)
+    assert many.returncode == 1 and "name the one to replay (--actor NAME)" in many.stderr
+
+
+def test_log_show_is_merged_in_time_order_and_filters(recording: pathlib.Path) -> None:
+    env = {**os.environ, "PYTHONPATH": TESTS}
+    out = subprocess.run([sys.executable, "-m", "actorwire", "log", "show", str(recording), "--json"],
+                         capture_output=True, text=True, env=env, timeout=60)
+    assert out.returncode == 0, out.stderr
+    rows = [json.loads(line) for line in out.stdout.splitlines()]
+    assert {r["actor"] for r in rows} == {"roller", "echo", "echo/b"}
+    times = [r["wall_ns"] for r in rows]
+    assert times == sorted(times)
+    filtered = subprocess.run([sys.executable, "-m", "actorwire", "log", "show", str(recording), "--json",
+                               "--actor", "echo", "--kind", "lr_update", "--where", "rank >= 3 and lr > 0"],
+                              capture_output=True, text=True, env=env, timeout=60)
+    rows = [json.loads(line) for line in filtered.stdout.splitlines()]
+    assert rows and all(r["actor"] == "echo" and r["kind"] == "lr_update" and r["message"]["rank"] >= 3
+                        for r in rows)
+    corr = rows[0]["correlation_id"]
+    by_corr = subprocess.run([sys.executable, "-m", "actorwire", "log", "show", str(recording), "--json",
+                              "--corr", str(corr)], capture_output=True, text=True, env=env, timeout=60)
+    linked = [json.loads(line) for line in by_corr.stdout.splitlines()]
+    assert {r["dir"] for r in linked} >= {"in", "reply"}  # the ask and its reply share the id
+
+
+def test_log_stats(recording: pathlib.Path) -> None:
+    stats = collect_stats([str(recording)])
+    assert stats["kinds"]["timer_fired"]["count"] == 5
+    assert stats["kinds"]["lr_update"]["count"] >= 10
+    assert any(p["sender"] == "roller" and p["target"] == "echo" for p in stats["pairs"])
+    assert len(stats["slowest_handlers"]) == 10
+    assert all(h["ms"] >= 0 for h in stats["slowest_handlers"])
+
+
+def test_perfetto_export_is_valid_trace_event_json(recording: pathlib.Path) -> None:
+    trace = perfetto_trace([str(recording)])
+    events = trace["traceEvents"]
+    for event in events:
+        assert {"ph", "pid", "name"} <= set(event)
+        if event["ph"] in ("X", "s", "f"):
+            assert {"ts", "tid"} <= set(event) and event["ts"] >= 0
+        if event["ph"] == "X":
+            assert event["dur"] > 0
+    starts = {e["id"] for e in events if e["ph"] == "s"}
+    finishes = {e["id"] for e in events if e["ph"] == "f"}
+    assert starts and starts == finishes
+    names = {e["args"]["name"] for e in events if e["ph"] == "M" and e["name"] == "thread_name"}
+    assert names == {"roller", "echo", "echo/b"}
+
+
+def test_recording_switched_on_by_environment(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("ACTORWIRE_RECORD", str(tmp_path))
+    monkeypatch.setenv("ACTORWIRE_RECORD_ACTORS", "kept*")
+    with ActorSystem() as system:
+        system.spawn(Echo(), "kept")
+        system.spawn(Echo(), "skipped")
+        system.ask("kept", m.SyncNow(), timeout=10)
+        system.ask("skipped", m.SyncNow(), timeout=10)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["kept"]
+
+
+def test_corrupt_log_is_one_clear_line(recording: pathlib.Path, tmp_path: pathlib.Path) -> None:
+    import shutil
+
+    copy = tmp_path / "copy"
+    shutil.copytree(recording, copy)
+    seg = next((copy / "echo").glob("seg-*.awlog"))
+    data = bytearray(seg.read_bytes())
+    data[len(data) // 2] ^= 0xFF
+    seg.write_bytes(bytes(data))
+    env = {**os.environ, "PYTHONPATH": TESTS}
+    bad = subprocess.run([sys.executable, "-m", "actorwire", "log", "stats", str(copy)], capture_output=True,
+                         text=True, env=env, timeout=60)
+    assert bad.returncode == 1
+    assert "Traceback" not in bad.stderr
+    assert f"{seg}: corrupt record at byte" in bad.stderr and "--skip-corrupt" in bad.stderr
+    skipped = subprocess.run([sys.executable, "-m", "actorwire", "log", "stats", str(copy), "--skip-corrupt"],
+                             capture_output=True, text=True, env=env, timeout=60)
+    assert skipped.returncode == 0
+
+
+def test_where_is_safe() -> None:
+    where = Where("rank == 3 and batch_ms > 50")
+    assert where({"rank": 3, "batch_ms": 51.0})
+    assert not where({"rank": 3, "batch_ms": 49.0})
+    assert not where({"rank": 3})  # a missing field is simply false
+    assert Where("kind in ['batch', 'sync_ack'] and not (rank % 2)")({"kind": "batch", "rank": 2})
+    for evil in ("__import__('os').system('true')", "rank.__class__", "[x for x in rank]", "lambda: 1"):
+        with pytest.raises(WhereError):
+            Where(evil)
+    with pytest.raises(WhereError, match="--where: invalid syntax"):
+        Where("rank ==")
+
+
+def test_log_tail_prints_and_follows(recording: pathlib.Path) -> None:
+    env = {**os.environ, "PYTHONPATH": TESTS}
+    once = subprocess.run([sys.executable, "-m", "actorwire", "log", "tail", str(recording / "echo"), "--json"],
+                          capture_output=True, text=True, env=env, timeout=60)
+    assert once.returncode == 0
+    rows = [json.loads(line) for line in once.stdout.splitlines()]
+    assert rows and all(r["actor"] == "echo" for r in rows)
+    follow = subprocess.run([sys.executable, "-m", "actorwire", "log", "tail", str(recording / "echo"), "-f",
+                             "--for", "0.3"], capture_output=True, text=True, env=env, timeout=60)
+    assert follow.returncode == 0 and follow.stdout.count("echo <-") == sum(r["dir"] == "in" for r in rows)
