@@ -124,3 +124,56 @@ class Roller(Actor):
     @handler
     def on_reply(self, msg: m.LrUpdate, ctx: Context) -> None:
         ctx.tell("main", m.Heartbeat(rank=msg.rank, step_count=int(msg.lr)))
+
+
+class ScriptedWorker(Actor):
+    """A worker without a model: joins, trains its slice as Batch reports, syncs, evaluates, leaves."""
+
+    def __init__(self, rank: int, world_size: int, run_id: str, batch_ms: float = 5.0) -> None:
+        self.rank = rank
+        self.world_size = world_size
+        self.run_id = run_id
+        self.batch_ms = batch_ms
+        self.steps = 0
+
+    def on_start(self, ctx: Context) -> None:
+        ctx.ask("coordinator", m.JoinRequest(rank=self.rank, world_size=self.world_size, run_id=self.run_id,
+                                             model_signature="sig"), timeout=10)
+
+    @handler
+    def on_join(self, msg: m.JoinAccepted | m.JoinRejected, ctx: Context) -> None:
+        if isinstance(msg, m.JoinRejected):
+            ctx.stop()
+
+    @handler
+    def on_epoch(self, msg: m.StartEpoch | m.ExtendPartition, ctx: Context) -> None:
+        n = msg.partition_size
+        for _ in range(n):
+            self.steps += 1
+            ctx.tell("coordinator", m.Batch(rank=self.rank, batch_ms=self.batch_ms, step_count=self.steps,
+                                            batch_loss=1.0 / self.steps))
+        ctx.tell("coordinator", m.MetricsMsg(rank=self.rank, epoch=msg.epoch, avg_loss=0.5, batches_processed=n,
+                                             epoch_ms=n * self.batch_ms, samples_processed=n,
+                                             share_complete_ms=n * self.batch_ms))
+
+    @handler
+    def on_sync(self, msg: m.SyncNow, ctx: Context) -> None:
+        ctx.tell("coordinator", m.SyncAck(rank=self.rank, step_count=self.steps))
+
+    @handler
+    def on_eval(self, msg: m.ExecuteEval, ctx: Context) -> None:
+        ctx.tell("coordinator", m.EvalResult(rank=self.rank, schedule_id=msg.schedule_id, epoch=msg.epoch,
+                                             metric=0.75, elapsed_ms=1.0))
+
+    @handler
+    def on_new_id(self, msg: m.RequestNewNcclId, ctx: Context) -> None:
+        ctx.tell("coordinator", m.NewNcclIdGenerated(rank=self.rank, uid=b"uid", attempt=msg.attempt))
+
+    @handler
+    def on_shutdown(self, msg: m.Shutdown | m.ShutdownWithSave, ctx: Context) -> None:
+        ctx.tell("coordinator", m.Exiting(rank=self.rank))
+        ctx.stop()
+
+    @handler
+    def on_other(self, msg: m.Message, ctx: Context) -> None:
+        pass  # heartbeats, roles, aggregates, global steps

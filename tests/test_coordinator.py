@@ -1,0 +1,443 @@
+"""The coordinator's rules, on a virtual clock (seed 000's control plane and its failure modes)."""
+
+from __future__ import annotations
+
+import json
+import pathlib
+
+import pytest
+
+from actorwire import messages as m
+from actorwire.actors import ActorHarness
+from actorwire.actors._coordinator import FINAL_EVAL, Coordinator
+
+RUN = "run-1"
+
+
+def make(world: int = 3, **overrides) -> ActorHarness:
+    config = dict(world_size=world, run_id=RUN, num_epochs=2, dataset_size=90, batch_size=1, sync_every=2,
+                  staleness_timeout=3.0, tick_interval=1.0, metrics_sink="main")
+    config.update(overrides)
+    h = ActorHarness(Coordinator(**config), name="coordinator", peers=["main"])
+    h.start()
+    return h
+
+
+def join_all(h: ActorHarness, world: int = 3) -> list:
+    out = []
+    for rank in range(world):
+        reply = h.ask(m.JoinRequest(rank=rank, world_size=world, run_id=RUN, model_signature="sig"),
+                      sender=f"worker/{rank}")
+        assert reply == m.JoinAccepted(rank=rank, world_size=world)
+    return out
+
+
+def sent(h: ActorHarness, kind: type) -> list[tuple[str, m.Message]]:
+    return [(s.target, s.message) for s in h.take() if isinstance(s.message, kind)]
+
+
+def batch(h: ActorHarness, rank: int, n: int = 1, ms: float = 10.0) -> list:
+    out = []
+    for _ in range(n):
+        out += h.deliver(m.Batch(rank=rank, batch_ms=ms, step_count=0, batch_loss=0.5), sender=f"worker/{rank}")
+    return out
+
+
+def metrics(h: ActorHarness, rank: int, epoch: int, batches: int = 30, loss: float = 0.5) -> list:
+    return h.deliver(m.MetricsMsg(rank=rank, epoch=epoch, avg_loss=loss, batches_processed=batches, epoch_ms=100.0,
+                                  samples_processed=batches, share_complete_ms=100.0,
+                                  scalars={"acc": m.ScalarSum(sum=batches * 0.5, count=batches)}),
+                     sender=f"worker/{rank}")
+
+
+# -- join ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("request_", "reason"),
+    [
+        (m.JoinRequest(rank=0, world_size=3, run_id="other", model_signature="sig"),
+         "run id 'other' is not this run's 'run-1'"),
+        (m.JoinRequest(rank=0, world_size=4, run_id=RUN, model_signature="sig"),
+         "world size 4 does not match the run's 3"),
+        (m.JoinRequest(rank=5, world_size=3, run_id=RUN, model_signature="sig"),
+         "rank 5 is out of range for world size 3"),
+    ],
+)
+def test_join_mismatch_is_refused_with_a_reason(request_: m.JoinRequest, reason: str) -> None:
+    h = make()
+    assert h.ask(request_, sender="worker/0") == m.JoinRejected(reason=reason)
+
+
+def test_model_signature_and_duplicate_rank() -> None:
+    h = make()
+    assert h.ask(m.JoinRequest(rank=0, world_size=3, run_id=RUN, model_signature="a"), sender="worker/0") == \
+        m.JoinAccepted(rank=0, world_size=3)
+    assert h.ask(m.JoinRequest(rank=1, world_size=3, run_id=RUN, model_signature="b"), sender="worker/1") == \
+        m.JoinRejected(reason="model signature 'b' does not match 'a'")
+    assert h.ask(m.JoinRequest(rank=0, world_size=3, run_id=RUN, model_signature="a"), sender="worker/9") == \
+        m.JoinRejected(reason="rank 0 already joined (from 'worker/0')")
+
+
+def test_full_membership_starts_epoch_zero_with_equal_shares() -> None:
+    h = make()
+    join_all(h)
+    plans = sent(h, m.StartEpoch)
+    assert plans == [(f"worker/{r}", m.StartEpoch(epoch=0, partition_offset=30 * r, partition_size=30))
+                     for r in range(3)]
+    assert {t for t in h.ctx.watched} == {"worker/0", "worker/1", "worker/2"}
+
+
+def test_uneven_dataset_gives_leftovers_to_the_first_ranks() -> None:
+    h = make(dataset_size=10)
+    join_all(h)
+    sizes = [p.partition_size for _, p in sent(h, m.StartEpoch)]
+    assert sizes == [4, 3, 3]
+
+
+# -- sync cadence ------------------------------------------------------------------------
+
+
+def test_sync_now_when_every_rank_did_its_quota_then_global_step() -> None:
+    h = make()
+    join_all(h)
+    h.take()
+    batch(h, 0, 2)
+    batch(h, 1, 2)
+    assert sent(h, m.SyncNow) == []  # rank 2 has not done its quota
+    batch(h, 2, 2)
+    assert [t for t, _ in sent(h, m.SyncNow)] == ["worker/0", "worker/1", "worker/2"]
+    for rank in range(3):
+        h.deliver(m.SyncAck(rank=rank, step_count=2), sender=f"worker/{rank}")
+    assert sent(h, m.SetGlobalStep) == [(f"worker/{r}", m.SetGlobalStep(global_step=6)) for r in range(3)]
+
+
+def test_sync_ack_is_not_a_batch() -> None:
+    h = make()
+    join_all(h)
+    for rank in range(3):
+        batch(h, rank, 2)
+    for rank in range(3):
+        h.deliver(m.SyncAck(rank=rank, step_count=3), sender=f"worker/{rank}")
+    assert h.actor.global_step == 6  # acks do not inflate the step (flodl failure mode 13)
+
+
+def test_adaptive_policy_gives_faster_ranks_more_batches() -> None:
+    h = make(sync_policy="adaptive", sync_every=4)
+    join_all(h)
+    batch(h, 0, 4, ms=10.0)
+    batch(h, 1, 4, ms=20.0)
+    batch(h, 2, 4, ms=40.0)
+    for rank in range(3):
+        h.deliver(m.SyncAck(rank=rank, step_count=4), sender=f"worker/{rank}")
+    quota = h.actor.quota
+    assert quota[2] <= quota[1] <= quota[0]  # the slowest anchors, faster ranks get more
+    assert quota[0] >= 2 * quota[2]
+
+
+def test_adaptive_anchor_grows_when_sync_overhead_is_high() -> None:
+    h = make(sync_policy="adaptive", sync_every=2)
+    join_all(h)
+    for rank in range(3):
+        batch(h, rank, 2)
+    h.advance(0.1)  # a short window...
+    before = h.actor.anchor
+    h.advance(0.5)  # ...and a slow reduce: overhead far above 10%
+    for rank in range(3):
+        h.deliver(m.SyncAck(rank=rank, step_count=2), sender=f"worker/{rank}")
+    assert before < h.actor.anchor <= 2 * before
+
+
+# -- metrics and epochs ----------------------------------------------------------------
+
+
+def test_epoch_metrics_are_batch_weighted_and_broadcast() -> None:
+    h = make(eval_every=0, final_eval=False)
+    join_all(h)
+    h.take()
+    metrics(h, 0, 0, batches=10, loss=1.0)
+    metrics(h, 1, 0, batches=30, loss=0.2)
+    assert sent(h, m.EpochAggregated) == []
+    metrics(h, 2, 0, batches=20, loss=0.5)
+    out = h.take()
+    aggregated = [s.message for s in out if isinstance(s.message, m.EpochAggregated)]
+    assert len(aggregated) == 3
+    agg = aggregated[0].metrics
+    assert agg.avg_loss == pytest.approx((10 * 1.0 + 30 * 0.2 + 20 * 0.5) / 60)
+    assert agg.scalars == {"acc": pytest.approx(0.5)}
+    assert agg.per_rank_batch_share == pytest.approx([10 / 60, 30 / 60, 20 / 60])
+    assert [s.message for s in out if s.target == "main"] == [agg]
+    # The next epoch is dispatched right after.
+    assert [s.message.epoch for s in out if isinstance(s.message, m.StartEpoch)] == [1, 1, 1]
+
+
+def test_partition_proportional_to_throughput_once_calibrated() -> None:
+    h = make(eval_every=0, final_eval=False)
+    join_all(h)
+    batch(h, 0, 1, ms=10.0)
+    batch(h, 1, 1, ms=20.0)
+    batch(h, 2, 1, ms=20.0)
+    h.take()
+    for rank in range(3):
+        metrics(h, rank, 0)
+    sizes = [p.partition_size for _, p in sent(h, m.StartEpoch)]
+    assert sizes == [45, 23, 22] or sizes == [45, 22, 23]
+    assert sum(sizes) == 90
+
+
+# -- deaths ---------------------------------------------------------------------------------
+
+
+def test_dead_rank_remainder_split_among_survivors() -> None:
+    h = make()
+    join_all(h)
+    batch(h, 1, 10)
+    h.take()
+    h.down("worker/1", m.DownReason.DEAD, "killed")
+    out = h.take()
+    extends = [(s.target, s.message) for s in out if isinstance(s.message, m.ExtendPartition)]
+    assert extends == [("worker/0", m.ExtendPartition(partition_offset=40, partition_size=10, epoch=0)),
+                       ("worker/2", m.ExtendPartition(partition_offset=50, partition_size=10, epoch=0))]
+    # Survivors re-form the process group: the fastest survivor generates the id.
+    (request,) = [s for s in out if isinstance(s.message, m.RequestNewNcclId)]
+    h.deliver(m.NewNcclIdGenerated(rank=int(request.target[-1]), uid=b"store:1234"), sender=request.target)
+    sessions = sent(h, m.NewNcclSession)
+    assert sessions == [("worker/0", m.NewNcclSession(uid=b"store:1234", new_rank=0, new_world_size=2)),
+                        ("worker/2", m.NewNcclSession(uid=b"store:1234", new_rank=1, new_world_size=2))]
+
+
+def test_staleness_declares_a_silent_rank_dead_but_any_message_refreshes() -> None:
+    h = make()
+    join_all(h)
+    h.take()
+    for _ in range(5):
+        h.advance(1.0)
+        batch(h, 0)
+        h.deliver(m.Heartbeat(rank=1, step_count=0), sender="worker/1")
+    assert all(r.alive for r in h.actor.ranks.values()) is False  # rank 2 was silent for 5 s
+    assert [r.rank for r in h.actor.alive()] == [0, 1]
+
+
+def test_clean_exit_is_latched_and_never_a_death() -> None:
+    h = make(eval_every=0, final_eval=False, num_epochs=1)
+    join_all(h)
+    for rank in range(3):
+        metrics(h, rank, 0)
+    assert h.actor.phase == "stopping"
+    h.take()
+    h.deliver(m.Exiting(rank=1), sender="worker/1")
+    h.down("worker/1", m.DownReason.EXITED)
+    h.advance(10.0)  # well past staleness
+    out = h.take()
+    assert not any(isinstance(s.message, (m.ExtendPartition, m.RequestNewNcclId, m.ShutdownWithSave)) for s in out)
+    assert h.actor.failures == 0
+
+
+def test_error_exit_without_exiting_is_a_death() -> None:
+    h = make()
+    join_all(h)
+    h.down("worker/2", m.DownReason.DEAD, "status 1")
+    assert h.actor.failures == 1
+
+
+def test_role_failover_elects_the_fastest_live_rank() -> None:
+    h = make()
+    join_all(h)
+    batch(h, 0, 1, ms=50.0)
+    batch(h, 1, 1, ms=30.0)
+    batch(h, 2, 1, ms=10.0)
+    assert h.actor.eval_role == 0  # elected before calibration: lowest rank
+    h.down("worker/0", m.DownReason.DEAD)
+    assert h.actor.eval_role == 2 and h.actor.checkpoint_role == 2
+
+
+@pytest.mark.parametrize(
+    ("overrides", "kill", "reason"),
+    [
+        ({"max_failures": 1}, [1], m.SaveReason.MAX_FAILURE_EXCEEDED),
+        ({"backend": "nccl"}, [1, 2], m.SaveReason.SINGLE_SURVIVOR),
+        ({}, [0, 1, 2], m.SaveReason.ALL_RANKS_LOST),
+    ],
+)
+def test_unrecoverable_runs_save_and_shut_down(tmp_path: pathlib.Path, overrides: dict, kill: list[int],
+                                               reason: m.SaveReason) -> None:
+    h = make(save_stem=str(tmp_path / "ckpt"), **overrides)
+    join_all(h)
+    batch(h, 0, 3)
+    h.take()
+    for rank in kill:
+        h.down(f"worker/{rank}", m.DownReason.DEAD)
+    saves = [s.message for s in h.take() if isinstance(s.message, m.ShutdownWithSave)]
+    survivors = 3 - len(kill)
+    assert saves == [m.ShutdownWithSave(reason=reason)] * survivors
+    meta = json.loads((tmp_path / "ckpt.meta.json").read_text())
+    assert meta["save_reason"] == reason.value and meta["world_size_at_save"] == survivors
+
+
+def test_save_is_never_broadcast_twice(tmp_path: pathlib.Path) -> None:
+    h = make(backend="nccl", save_stem=str(tmp_path / "c"))
+    join_all(h)
+    h.down("worker/1", m.DownReason.DEAD)
+    h.down("worker/2", m.DownReason.DEAD)
+    h.down("worker/0", m.DownReason.DEAD)
+    assert h.actor.saved is m.SaveReason.SINGLE_SURVIVOR
+
+
+def test_reduce_stall_saves_and_shuts_down() -> None:
+    h = make(reduce_stall_timeout=10.0)
+    join_all(h)
+    for rank in range(3):
+        batch(h, rank, 2)
+    h.take()
+    for _ in range(12):  # ranks stay alive but never acknowledge
+        h.advance(1.0)
+        for rank in range(3):
+            h.deliver(m.Heartbeat(rank=rank), sender=f"worker/{rank}")
+    assert [s.message for s in h.take() if isinstance(s.message, m.ShutdownWithSave)][0].reason is \
+        m.SaveReason.REDUCE_STALL
+
+
+def test_rendezvous_generator_death_moves_to_the_next_candidate() -> None:
+    h = make(world=4)
+    join_all(h, world=4)
+    h.down("worker/3", m.DownReason.DEAD)
+    (first,) = [s.target for s in h.take() if isinstance(s.message, m.RequestNewNcclId)]
+    h.down(first, m.DownReason.DEAD)  # the generator dies before answering
+    h.advance(1.0)
+    requests = [s.target for s in h.take() if isinstance(s.message, m.RequestNewNcclId)]
+    assert requests and first not in requests
+    # An id from a rank that is not the generator is dropped.
+    other = next(f"worker/{r.rank}" for r in h.actor.alive() if f"worker/{r.rank}" != requests[-1])
+    h.deliver(m.NewNcclIdGenerated(rank=int(other[-1]), uid=b"x"), sender=other)
+    assert sent(h, m.NewNcclSession) == []
+
+
+def test_rendezvous_timeout_tries_the_next_candidate() -> None:
+    h = make(world=3, rendezvous_timeout=5.0)
+    join_all(h)
+    h.down("worker/2", m.DownReason.DEAD)
+    (first,) = [s.target for s in h.take() if isinstance(s.message, m.RequestNewNcclId)]
+    for _ in range(6):
+        h.advance(1.0)
+        for r in h.actor.alive():
+            h.deliver(m.Heartbeat(rank=r.rank), sender=r.name)
+    second = [s.target for s in h.take() if isinstance(s.message, m.RequestNewNcclId)]
+    assert second and second[0] != first
+
+
+# -- eval, checkpoint, intents, endings ---------------------------------------------------------
+
+
+def test_intent_is_folded_in_at_the_next_epoch_on_the_elected_rank() -> None:
+    h = make(eval_every=0, checkpoint_every=0, final_eval=False, num_epochs=3)
+    join_all(h)
+    h.deliver(m.Intent(rank=2, kind=m.IntentKind.CHECKPOINT_NOW), sender="worker/2")
+    h.deliver(m.Intent(rank=1, kind=m.IntentKind.EVAL_NOW), sender="worker/1")
+    h.take()
+    for rank in range(3):
+        metrics(h, rank, 0)
+    out = h.take()
+    assert [(s.target, s.message) for s in out if isinstance(s.message, (m.Checkpoint, m.ExecuteEval))] == [
+        ("worker/0", m.Checkpoint(version=1, target_rank=0)),
+        ("worker/0", m.ExecuteEval(schedule_id=1, epoch=1, target_rank=0)),
+    ]
+
+
+def test_eval_result_becomes_eval_broadcast() -> None:
+    h = make()
+    join_all(h)
+    h.take()
+    h.deliver(m.EvalResult(rank=0, schedule_id=1, epoch=1, metric=0.9, elapsed_ms=5.0), sender="worker/0")
+    broadcasts = sent(h, m.EvalBroadcast)
+    assert [t for t, _ in broadcasts] == ["worker/0", "worker/1", "worker/2", "main"]
+    h.deliver(m.EvalResult(rank=0, schedule_id=2, epoch=2, metric=float("nan"), elapsed_ms=5.0, error="boom"),
+              sender="worker/0")
+    assert sent(h, m.EvalBroadcast) == []
+
+
+def test_failed_checkpoint_is_retried_on_the_next_live_rank() -> None:
+    h = make(checkpoint_every=1, eval_every=0, final_eval=False)
+    join_all(h)
+    for rank in range(3):
+        metrics(h, rank, 0)
+    (first,) = sent(h, m.Checkpoint)
+    h.deliver(m.CheckpointResult(rank=0, version=1, elapsed_ms=1.0, error="disk full"), sender="worker/0")
+    (retry,) = sent(h, m.Checkpoint)
+    assert retry == ("worker/1", m.Checkpoint(version=1, target_rank=1))
+    h.deliver(m.CheckpointResult(rank=1, version=1, elapsed_ms=1.0), sender="worker/1")
+    assert h.actor.checkpoint_role == 1  # sticky after success
+
+
+def test_shutdown_only_after_the_last_sync_and_the_final_eval() -> None:
+    h = make(num_epochs=1, eval_every=0)
+    join_all(h)
+    batch(h, 0, 1)
+    batch(h, 1, 1)
+    h.take()
+    for rank in range(3):
+        metrics(h, rank, 0)
+    out = h.take()
+    assert [s.message for s in out if isinstance(s.message, m.SyncNow)]  # a final consensus reduce first
+    assert not [s for s in out if isinstance(s.message, m.Shutdown)]
+    for rank in range(3):
+        h.deliver(m.SyncAck(rank=rank, step_count=1), sender=f"worker/{rank}")
+    (final,) = [s.message for s in h.take() if isinstance(s.message, m.ExecuteEval)]
+    assert final.schedule_id == FINAL_EVAL and final.final
+    h.deliver(m.EvalResult(rank=0, schedule_id=FINAL_EVAL, epoch=1, metric=0.8, elapsed_ms=1.0), sender="worker/0")
+    shutdowns = sent(h, m.Shutdown)
+    assert [t for t, _ in shutdowns] == ["worker/0", "worker/1", "worker/2"]
+    for rank in range(3):
+        h.deliver(m.Exiting(rank=rank), sender=f"worker/{rank}")
+    assert h.ctx.stopped
+
+
+def test_coordinator_heartbeat_every_tick() -> None:
+    h = make()
+    join_all(h)
+    h.take()
+    h.advance(3.0)
+    beats = [s for s in h.take() if isinstance(s.message, m.CoordHeartbeat)]
+    assert len(beats) == 9
+
+
+def test_reports_from_an_impostor_are_ignored() -> None:
+    h = make()
+    join_all(h)
+    h.deliver(m.Batch(rank=1, batch_ms=1.0, step_count=0, batch_loss=0.0), sender="worker/0")
+    assert h.actor.ranks[1].total_steps == 0
+
+
+def test_config_is_validated() -> None:
+    with pytest.raises(ValueError, match="sync_policy must be 'fixed' or 'adaptive', got 'random'"):
+        Coordinator(world_size=2, run_id="r", num_epochs=1, dataset_size=4, sync_policy="random")
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(60)
+def test_a_live_run_ends_cleanly_and_the_coordinator_replays_exactly(tmp_path: pathlib.Path) -> None:
+    from _actors import ScriptedWorker
+
+    from actorwire.actors import ActorSystem
+    from actorwire.actors._replay import replay
+
+    with ActorSystem(record=str(tmp_path), run_id=RUN) as system:
+        inbox = system.inbox("main")
+        system.spawn(Coordinator(world_size=3, run_id=RUN, num_epochs=3, dataset_size=60, sync_every=4,
+                                 metrics_sink="main", tick_interval=0.05), "coordinator")
+        inbox.watch("coordinator")
+        for rank in range(3):
+            system.spawn(ScriptedWorker(rank=rank, world_size=3, run_id=RUN), f"worker/{rank}")
+        seen: list[m.Message] = []
+        while True:
+            got = inbox.get(timeout=30)
+            assert got is not None, f"the run did not finish; saw {seen}"
+            seen.append(got.message)
+            if isinstance(got.message, m.Down):
+                break
+    epochs = [x.epoch for x in seen if isinstance(x, m.EpochMetrics)]
+    assert epochs == [0, 1, 2]
+    assert seen[-1] == m.Down(name="coordinator", reason=m.DownReason.EXITED)
+    assert any(isinstance(x, m.EvalBroadcast) for x in seen)
+    report = replay(tmp_path, actor="coordinator")
+    assert report.ok, report.summary()
+    assert report.messages > 60
