@@ -44,6 +44,10 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         from . import _bench_codec
 
         results = _bench_codec.run(args.kinds.split(",") if args.kinds else None)
+    elif args.suite == "worker":
+        from . import _bench_worker
+
+        results = _bench_worker.run(n=min(args.messages, 200_000))
     elif args.suite == "record":
         from . import _bench_record
 
@@ -88,7 +92,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_messages)
 
     p = sub.add_parser("bench", help="measure actorwire against its baseline in one run")
-    p.add_argument("suite", choices=["codec", "bus", "record"], help="which suite to run")
+    p.add_argument("suite", choices=["codec", "bus", "record", "worker"], help="which suite to run")
     p.add_argument("--json", metavar="PATH", help="also write the results as JSON")
     p.add_argument("--kinds", metavar="K1,K2", help="codec: only these message kinds")
     p.add_argument("--messages", type=_positive, default=200_000, metavar="N",
@@ -102,8 +106,10 @@ def build_parser() -> argparse.ArgumentParser:
     add_parsers(sub)
 
     p = sub.add_parser("demo", help="run the end-to-end demo")
-    p.add_argument("--workers", type=_positive, default=3, help="child processes (default 3)")
-    p.add_argument("--kill-rank", type=int, metavar="R", help="SIGKILL this rank half-way through")
+    p.add_argument("--workers", type=_positive, default=3, help="worker processes (default 3)")
+    p.add_argument("--epochs", type=_positive, default=4, help="epochs (default 4)")
+    p.add_argument("--kill-rank", type=int, metavar="R", help="SIGKILL this worker during --at-epoch")
+    p.add_argument("--at-epoch", type=int, default=1, metavar="E", help="epoch of the kill (default 1)")
     p.add_argument("--record", metavar="DIR", help="record every actor's messages into DIR")
     p.set_defaults(func=_cmd_demo)
     return parser

@@ -49,6 +49,7 @@ from actorwire.messages import (
     NewNcclSession,
     RequestNewNcclId,
     SaveReason,
+    SessionFailed,
     SetEpochCallbackRole,
     SetGlobalStep,
     Shutdown,
@@ -97,10 +98,15 @@ class CoordinatorConfig(msgspec.Struct, frozen=True, kw_only=True):
     reduce_stall_timeout: float = 300.0
     #: How long to wait for ranks to leave after Shutdown.
     exit_grace: float = 30.0
+    #: How long to wait for every rank to join; then the run starts with those that did.
+    join_timeout: float = 120.0
     #: Actor that receives every EpochMetrics and EvalBroadcast (e.g. the user's inbox).
     metrics_sink: str = ""
     #: Where ShutdownWithSave writes ``<stem>.meta.json``; empty: nowhere.
     save_stem: str = ""
+    #: Form the process group at start (one rank generates the id, every rank gets
+    #: ``NewNcclSession``) instead of leaving the first formation to the workers.
+    form_group: bool = False
 
     def __post_init__(self) -> None:
         if self.world_size < 1 or self.num_epochs < 1 or self.dataset_size < 1 or self.batch_size < 1:
@@ -129,6 +135,8 @@ class _Rank:
         self.lr: float | None = None
         self.plan = (0, 0)  # (offset, size) of the current epoch
         self.extended = 0  # samples added by ExtendPartition this epoch
+        self.ext_sent = 0  # ExtendPartition slices sent this epoch...
+        self.ext_done = 0  # ...and reported done
         self.reported_epoch = -1
 
 
@@ -164,6 +172,8 @@ class Coordinator(Actor):
         self.shutdown_at: float | None = None
         self.rendezvous: dict[str, Any] | None = None
         self.history: list[EpochMetrics] = []
+        self.started_at = 0.0
+        self.session_attempt = 0
 
     def config(self) -> dict[str, Any]:
         return dict(self._config_kwargs)
@@ -202,6 +212,7 @@ class Coordinator(Actor):
     # -- join ---------------------------------------------------------------
 
     def on_start(self, ctx: Context) -> None:
+        self.started_at = ctx.now()
         ctx.start_timer("tick", self.settings.tick_interval, periodic=True)
 
     @handler
@@ -221,9 +232,14 @@ class Coordinator(Actor):
         if ctx.correlation_id:
             ctx.reply(JoinAccepted(rank=msg.rank, world_size=self.settings.world_size))
         if len(self.ranks) == self.settings.world_size:
-            self.phase = "running"
-            self._elect_roles(ctx)
-            self._dispatch_epoch(ctx, 0)
+            self._begin(ctx)
+
+    def _begin(self, ctx: Context) -> None:
+        self.phase = "running"
+        self._elect_roles(ctx)
+        if self.settings.form_group:
+            self._start_rendezvous(ctx)
+        self._dispatch_epoch(ctx, 0)
 
     def _join_refusal(self, msg: JoinRequest, sender: str) -> str | None:
         c = self.settings
@@ -247,6 +263,13 @@ class Coordinator(Actor):
     @handler
     def on_tick(self, msg: TimerFired, ctx: Context) -> None:
         now = ctx.now()
+        if self.phase == "joining":
+            ctx.broadcast([r.name for r in self.alive()], CoordHeartbeat(seq=msg.count))
+            if self.ranks and now - self.started_at >= self.settings.join_timeout:
+                ctx.log.warning("not every rank joined in time; starting with those that did",
+                                joined=sorted(self.ranks), world_size=self.settings.world_size)
+                self._begin(ctx)
+            return
         if self.phase in ("running", "finishing"):
             ctx.broadcast([r.name for r in self.alive()], CoordHeartbeat(seq=msg.count))
             for r in self.alive():
@@ -285,7 +308,12 @@ class Coordinator(Actor):
 
     @handler
     def on_heartbeat(self, msg: Heartbeat, ctx: Context) -> None:
-        self._from_rank(ctx, msg.rank)
+        r = self.ranks.get(msg.rank)
+        # A rank's heartbeat thread sends as "<rank name>/heartbeat".
+        if r is not None and r.alive and (ctx.sender or "").startswith(r.name + "/"):
+            r.last_seen = ctx.now()
+        else:
+            self._from_rank(ctx, msg.rank)
 
     # -- deaths ---------------------------------------------------------------
 
@@ -315,6 +343,7 @@ class Coordinator(Actor):
                 if n:
                     ctx.tell(s.name, ExtendPartition(partition_offset=start, partition_size=n, epoch=self.epoch))
                     s.extended += n
+                    s.ext_sent += 1
                     start += n
         if len(survivors) >= 2 or self.settings.backend == "gloo":
             self._start_rendezvous(ctx)
@@ -333,11 +362,11 @@ class Coordinator(Actor):
 
     # -- re-rendezvous: survivors re-form the process group -------------------
 
-    def _start_rendezvous(self, ctx: Context) -> None:
+    def _start_rendezvous(self, ctx: Context, fresh: bool = False) -> None:
         survivors = self.alive()
         if not survivors:
             return
-        tried = set(self.rendezvous["tried"]) if self.rendezvous else set()
+        tried = set(self.rendezvous["tried"]) if self.rendezvous and not fresh else set()
         candidates = [r for r in self._by_speed(survivors) if r.rank not in tried]
         if not candidates:
             self._save_and_shutdown(ctx, self._unrecoverable() or SaveReason.SINGLE_SURVIVOR)
@@ -357,6 +386,15 @@ class Coordinator(Actor):
             self._start_rendezvous(ctx)
 
     @handler
+    def on_session_failed(self, msg: SessionFailed, ctx: Context) -> None:
+        if self._from_rank(ctx, msg.rank) is None or msg.attempt < self.session_attempt:
+            return  # a stale report of an attempt already superseded
+        ctx.log.warning("a rank could not join the new process group; re-forming it", rank=msg.rank,
+                        attempt=msg.attempt, reason=msg.reason)
+        self.rendezvous = None
+        self._start_rendezvous(ctx, fresh=True)
+
+    @handler
     def on_new_id(self, msg: NewNcclIdGenerated, ctx: Context) -> None:
         r = self._from_rank(ctx, msg.rank)
         rv = self.rendezvous
@@ -364,10 +402,15 @@ class Coordinator(Actor):
             ctx.log.warning("unexpected unique id dropped", rank=msg.rank)
             return
         survivors = self.alive()  # recomputed: deaths during the wait are folded in
+        self.session_attempt += 1
         for new_rank, s in enumerate(survivors):
             ctx.tell(s.name, NewNcclSession(uid=msg.uid, new_rank=new_rank, new_world_size=len(survivors),
-                                            attempt=msg.attempt))
+                                            attempt=self.session_attempt))
         self.rendezvous = None
+        if self.sync_armed_at is not None:
+            # The reduce that the death broke is abandoned by the workers; every
+            # survivor, acked or not, joins a new cycle on the new group.
+            self._arm_sync(ctx)
 
     # -- roles ------------------------------------------------------------------
 
@@ -417,10 +460,12 @@ class Coordinator(Actor):
         if epoch > 0 and (self.pending_eval or (c.eval_every and epoch % c.eval_every == 0)):
             self.pending_eval = False
             self._send_eval(ctx, epoch)
+        self._sink(ctx, StartEpoch(epoch=epoch, partition_offset=0, partition_size=c.dataset_size))
         offset = 0
         for r, size in zip(alive, self._shares(alive)):
             r.plan = (offset, size)
             r.extended = 0
+            r.ext_sent = r.ext_done = 0
             r.epoch_steps = 0
             ctx.tell(r.name, StartEpoch(epoch=epoch, partition_offset=offset, partition_size=size))
             offset += size
@@ -516,6 +561,8 @@ class Coordinator(Actor):
 
     def _quiesced(self, r: _Rank) -> bool:
         """A rank that finished its slice (or reported the epoch) cannot move: it must not block the gate."""
+        if r.ext_done < r.ext_sent:
+            return False
         return r.reported_epoch >= self.epoch or r.epoch_steps * self.settings.batch_size >= r.plan[1] + r.extended
 
     def _maybe_sync(self, ctx: Context) -> None:
@@ -576,6 +623,8 @@ class Coordinator(Actor):
         previous = per_epoch.get(msg.rank)
         per_epoch[msg.rank] = msg if previous is None else _add_metrics(previous, msg)
         r.reported_epoch = max(r.reported_epoch, msg.epoch)
+        if msg.epoch == self.epoch:
+            r.ext_done += msg.extensions
         self._maybe_sync(ctx)
         self._maybe_aggregate(ctx)
 
@@ -583,8 +632,8 @@ class Coordinator(Actor):
         if self.phase != "running" or self.epoch < 0 or self.saved:
             return
         reports = self.metrics.get(self.epoch, {})
-        if not all(r.rank in reports for r in self.alive()):
-            return
+        if not all(r.rank in reports and r.ext_done >= r.ext_sent for r in self.alive()):
+            return  # a rank has not reported, or still works on a dead rank's remainder
         aggregate = self._aggregate(self.epoch, reports)
         self.history.append(aggregate)
         self._tell_all(ctx, EpochAggregated(metrics=aggregate))
@@ -697,4 +746,5 @@ def _add_metrics(a: MetricsMsg, b: MetricsMsg) -> MetricsMsg:
         compute_only_ms=a.compute_only_ms + b.compute_only_ms,
         data_starve_ms=a.data_starve_ms + b.data_starve_ms,
         scalars=scalars,
+        extensions=a.extensions + b.extensions,
     )

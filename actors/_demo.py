@@ -1,101 +1,81 @@
-"""``actorwire demo``: a small live system, until the control-plane demo replaces it.
+"""``actorwire demo``: data-parallel training under the coordinator, on the CPU.
 
-A ``tally`` actor in this process watches N ``reporter/R`` actors, each in its
-own child process.  Every reporter sends ``Batch`` messages on a timer and
-leaves cleanly after its quota; ``--kill-rank R`` SIGKILLs one mid-way to show
-that a death is reported as such (and a clean exit never is).
+A coordinator actor runs in this process; N worker processes train a small
+torch model on their slices of a dataset, all-reduce (gloo) when the
+coordinator says so, and report metrics, which are printed per epoch.
+``--kill-rank R --at-epoch E`` SIGKILLs a worker during epoch E: the
+coordinator notices at once (exit detection), hands the rest of its slice to
+the survivors, who re-form their process group with new ranks, and the run
+finishes.  ``--record DIR`` records every actor for ``actorwire log`` and
+``actorwire replay``.
 """
 
 from __future__ import annotations
 
 import argparse
+import math
+import sys
+import tempfile
 import time
 
 from actorwire import messages as m
 
-from ._actor import Actor, handler
-from ._context import Context
+from ._coordinator import Coordinator
 from ._system import ActorSystem
 
 
-class Reporter(Actor):
-    """Sends ``batches`` Batch messages to ``tally``, one per ``period`` seconds, then stops."""
-
-    def __init__(self, rank: int, batches: int = 20, period: float = 0.05) -> None:
-        self.rank = rank
-        self.batches = batches
-        self.period = period
-        self.step = 0
-
-    def on_start(self, ctx: Context) -> None:
-        ctx.start_timer("batch", self.period, periodic=True)
-
-    @handler
-    def on_timer(self, msg: m.TimerFired, ctx: Context) -> None:
-        self.step += 1
-        loss = 1.0 / self.step + ctx.random.random() * 0.01
-        ctx.tell("tally", m.Batch(rank=self.rank, batch_ms=self.period * 1000, step_count=self.step,
-                                  batch_loss=loss))
-        if self.step >= self.batches:
-            ctx.stop()
-
-
-class Tally(Actor):
-    """Counts batches per rank and reports every ``Down`` to the user's inbox."""
-
-    def __init__(self) -> None:
-        self.batches: dict[int, int] = {}
-        self.loss: dict[int, float] = {}
-
-    @handler
-    def on_batch(self, msg: m.Batch, ctx: Context) -> None:
-        self.batches[msg.rank] = self.batches.get(msg.rank, 0) + 1
-        self.loss[msg.rank] = msg.batch_loss
-        if msg.step_count == 1:
-            ctx.watch(ctx.sender or "")
-
-    @handler
-    def on_down(self, msg: m.Down, ctx: Context) -> None:
-        rank = int(msg.name.rsplit("/", 1)[1])
-        ctx.tell("main", m.EvalResult(rank=rank, schedule_id=self.batches.get(rank, 0), epoch=0,
-                                      metric=self.loss.get(rank, float("nan")), elapsed_ms=0.0,
-                                      error=None if msg.reason is m.DownReason.EXITED else
-                                      f"{msg.reason.value}: {msg.detail}"))
-
-
 def run_demo(args: argparse.Namespace) -> int:
-    workers, batches = args.workers, 20
+    workers, epochs = args.workers, args.epochs
     if args.kill_rank is not None and not 0 <= args.kill_rank < workers:
         print(f"actorwire demo: --kill-rank must be between 0 and {workers - 1}, got {args.kill_rank}")
         return 2
+    if args.at_epoch is not None and not 0 <= args.at_epoch < epochs:
+        print(f"actorwire demo: --at-epoch must be between 0 and {epochs - 1}, got {args.at_epoch}")
+        return 2
     started = time.monotonic()
+    save_dir = tempfile.mkdtemp(prefix="actorwire-demo-")
+    dataset = 3072
     with ActorSystem(record=args.record) as system:
         inbox = system.inbox("main")
-        system.spawn(Tally(), "tally")
-        children = {
-            rank: system.spawn_process({f"reporter/{rank}": "actorwire.actors._demo:Reporter"},
-                                       config={f"reporter/{rank}": {"rank": rank, "batches": batches}})
-            for rank in range(workers)
-        }
-        print(f"run {system.run_id}: tally here, {workers} reporters in child processes "
-              f"(pids {', '.join(str(c.pid) for c in children.values())})")
-        if args.kill_rank is not None:
-            time.sleep(batches * 0.05 / 2)
-            children[args.kill_rank].kill()
-            print(f"SIGKILLed reporter/{args.kill_rank}")
-        print(f"{'rank':>4}  {'batches':>7}  {'last loss':>9}  outcome")
-        failed = 0
-        for _ in range(workers):
-            got = inbox.get(timeout=30)
+        system.spawn(Coordinator(world_size=workers, run_id=system.run_id, num_epochs=epochs, dataset_size=dataset,
+                                 batch_size=32, sync_every=8, eval_every=2, checkpoint_every=2, form_group=True,
+                                 metrics_sink="main", save_stem=f"{save_dir}/run", tick_interval=0.5,
+                                 staleness_timeout=10.0), "coordinator")
+        inbox.watch("coordinator")
+        env = {"DEMO_DATASET": str(dataset), "DEMO_SAVE_STEM": f"{save_dir}/run",
+               "ACTORWIRE_WORLD_SIZE": str(workers)}
+        children = {rank: system.launch([sys.executable, "-m", "actorwire.actors._demo_train"], rank=rank, env=env)
+                    for rank in range(workers)}
+        print(f"run {system.run_id}: coordinator here, {workers} workers "
+              f"(pids {', '.join(str(c.pid) for c in children.values())}), {epochs} epochs, gloo all-reduce")
+        print(f"{'epoch':>5}  {'loss':>8}  {'mse':>8}  {'ms':>7}  samples per rank")
+        kill_at = args.at_epoch if args.kill_rank is not None else None
+        killed = None
+        while True:
+            got = inbox.get(timeout=60)
             if got is None:
-                print("timed out waiting for the reporters")
+                print("the run stalled: no news from the coordinator for 60 s")
                 return 1
-            r = got.message
-            assert isinstance(r, m.EvalResult)
-            failed += r.error is not None
-            print(f"{r.rank:>4}  {r.schedule_id:>7}  {r.metric:>9.4f}  {r.error or 'exited cleanly'}")
-    print(f"done in {time.monotonic() - started:.1f} s; {failed} of {workers} reporters lost")
+            msg = got.message
+            if isinstance(msg, m.StartEpoch) and msg.epoch == kill_at and killed is None:
+                time.sleep(0.2)  # let the epoch get under way
+                children[args.kill_rank].kill()  # type: ignore[index]
+                killed = args.kill_rank
+                print(f"   -- SIGKILLed rank {killed} during epoch {kill_at}")
+            elif isinstance(msg, m.EpochMetrics):
+                samples = " ".join(f"{s:>5}" for s in msg.per_rank_samples)
+                mse = msg.scalars.get("mse", math.nan)
+                print(f"{msg.epoch:>5}  {msg.avg_loss:>8.4f}  {mse:>8.4f}  {msg.epoch_ms:>7.1f}  {samples}")
+            elif isinstance(msg, m.EvalBroadcast):
+                print(f"   eval after epoch {msg.epoch}: validation mse {msg.metric:.4f}")
+            elif isinstance(msg, m.Down) and msg.name == "coordinator":
+                break
+        codes = {rank: child.wait(30) for rank, child in children.items()}
+    lost = [r for r, c in codes.items() if c != 0]
+    print(f"done in {time.monotonic() - started:.1f} s; worker exit codes {codes}")
+    print(f"lost rank(s): {lost}" if lost else "no rank lost")
+    print(f"checkpoints under {save_dir}")
     if args.record:
-        print(f"recorded into {args.record}: try `actorwire log show {args.record}` or "
-              f"`actorwire replay {args.record} --actor tally`")
-    return 0
+        print(f"recorded into {args.record}: try `actorwire log show {args.record} --kind epoch_aggregated` or "
+              f"`actorwire replay {args.record} --actor coordinator`")
+    return 0 if set(lost) <= ({killed} if killed is not None else set()) else 1

@@ -73,18 +73,22 @@ class ChildProcess:
     """A process started by :meth:`ActorSystem.spawn_process`."""
 
     def __init__(self, system: Any, actors: list[ActorSpec], *, rank: int | None, env: Mapping[str, str] | None,
-                 takeover: bool = False, node_id: str | None = None) -> None:
+                 takeover: bool = False, node_id: str | None = None, argv: list[str] | None = None) -> None:
         self.node_id = node_id or new_node_id()
         self.names = [a.name for a in actors]
-        spec = ChildSpec(join=system.endpoint, run_id=system.run_id, node_id=self.node_id, actors=actors,
-                         rank=rank, takeover=takeover)
         child_env = dict(os.environ)
+        # Everything attach() needs, so a launched script joins with no flags.
+        child_env.update({"ACTORWIRE_JOIN": system.endpoint, "ACTORWIRE_RUN_ID": system.run_id,
+                          "ACTORWIRE_NODE_ID": self.node_id})
+        if rank is not None:
+            child_env["ACTORWIRE_RANK"] = str(rank)
         child_env.update(env or {})
-        self._log = get_logger(child=self.node_id, actors=self.names)
-        self.process = subprocess.Popen(
-            [sys.executable, "-m", "actorwire.actors._child", msgspec.json.encode(spec).decode()],
-            env=child_env, stdin=subprocess.DEVNULL,
-        )
+        if argv is None:
+            spec = ChildSpec(join=system.endpoint, run_id=system.run_id, node_id=self.node_id, actors=actors,
+                             rank=rank, takeover=takeover)
+            argv = [sys.executable, "-m", "actorwire.actors._child", msgspec.json.encode(spec).decode()]
+        self._log = get_logger(child=self.node_id, actors=self.names or argv[-1])
+        self.process = subprocess.Popen(argv, env=child_env, stdin=subprocess.DEVNULL)
         self._system = system
         self._watcher = threading.Thread(target=self._watch, name=f"watch {self.node_id}", daemon=True)
         self._watcher.start()
@@ -145,4 +149,5 @@ def attach(**overrides: Any) -> Any:
     rank = overrides.pop("rank", None)
     if rank is None and env.get("ACTORWIRE_RANK"):
         rank = int(env["ACTORWIRE_RANK"])
-    return ActorSystem(run_id=run_id, join=join, rank=rank, proctitle=True, **overrides)
+    node_id = overrides.pop("node_id", None) or env.get("ACTORWIRE_NODE_ID")
+    return ActorSystem(run_id=run_id, join=join, rank=rank, proctitle=True, node_id=node_id, **overrides)

@@ -109,12 +109,20 @@ class _ReplayRandom(random.Random):
         return int(draw.value)
 
 
+class _QuietLog:
+    def _drop(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    debug = info = warning = error = exception = _drop
+
+
 class _ReplayContext(FakeContext):
     """A virtual-clock context whose clock, randomness and name list come from the log."""
 
     def __init__(self, name: str, draws: list[Draw]) -> None:
         super().__init__(name)
         self.random = _ReplayRandom(draws)
+        self.log = _QuietLog()  # the recording already holds what the live run logged
         self.clock_reads: list[Clock] = []
         self.names_reads: list[list[str]] = []
         #: Sends and effects of the current handler, in the order they happened.

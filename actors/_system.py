@@ -469,6 +469,20 @@ class ActorSystem:
                     raise
         return child
 
+    def launch(self, argv: list[str], *, rank: int | None = None, env: dict[str, str] | None = None) -> ChildProcess:
+        """Start any command as a member process: it joins with ``attach()`` and no flags.
+
+        The child gets ``ACTORWIRE_JOIN``, ``ACTORWIRE_RUN_ID``, ``ACTORWIRE_NODE_ID`` (and
+        ``ACTORWIRE_RANK``) and is watched: its actors are reported dead the moment it dies.
+        """
+        self._check_open()
+        if self._record is not None:
+            env = {"ACTORWIRE_RECORD": self._record.directory,
+                   "ACTORWIRE_RECORD_ACTORS": ",".join(self._record.actors), **(env or {})}
+        child = ChildProcess(self, [], rank=rank, env=env, argv=argv)
+        self._children.append(child)
+        return child
+
     def wait(self, timeout: float | None = None) -> bool:
         """Block until every local actor has stopped or the root is gone; False on timeout."""
         deadline = None if timeout is None else time.monotonic() + timeout

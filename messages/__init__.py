@@ -91,6 +91,7 @@ from ._timing import (
     LrUpdate,
     NewNcclIdGenerated,
     ResourceSample,
+    SessionFailed,
     SnapshotReady,
     SyncAck,
     TimingMsg,
@@ -132,7 +133,7 @@ __all__ = [
     # timing and metrics
     "Batch", "SyncAck", "Exiting", "LrUpdate", "Intent", "Heartbeat", "SnapshotReady",
     "EvalResult", "CheckpointResult", "NewNcclIdGenerated", "EpochFnElapsed", "ResourceSample",
-    "JoinRequest", "MetricsMsg", "EpochMetrics", "ScalarSum", "ResourceUsage",
+    "JoinRequest", "SessionFailed", "MetricsMsg", "EpochMetrics", "ScalarSum", "ResourceUsage",
     # weights
     "BeginSync", "PublishGroup", "FreeGroup", "GroupsFreed", "EndSync", "SyncFailed",
     "ReserveServeBuffer", "ServeBufferReserved", "PullRequest", "PullReply",

@@ -37,6 +37,9 @@ class MetricsMsg(Message, frozen=True, tag="metrics"):
     data_starve_ms: NonNegFloat = 0.0
     scalars: dict[str, ScalarSum] = {}
     resources: ResourceUsage | None = None
+    #: How many ``ExtendPartition`` slices this report covers (the coordinator
+    #: waits for every slice it handed out before aggregating the epoch).
+    extensions: Count = 0
 
 
 class EpochMetrics(Message, frozen=True, tag="epoch_metrics"):

@@ -96,6 +96,14 @@ class NewNcclIdGenerated(Message, frozen=True, tag="new_nccl_id_generated"):
     attempt: Count = 0
 
 
+class SessionFailed(Message, frozen=True, tag="session_failed"):
+    """A rank could not join the process group of ``NewNcclSession``; the coordinator re-runs the rendezvous."""
+
+    rank: Count
+    attempt: Count
+    reason: str = ""
+
+
 class EpochFnElapsed(Message, frozen=True, tag="epoch_fn_elapsed"):
     """How long the role rank's per-epoch callback took."""
 
@@ -137,4 +145,5 @@ TimingMsg = Union[
     EpochFnElapsed,
     ResourceSample,
     JoinRequest,
+    SessionFailed,
 ]

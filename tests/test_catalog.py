@@ -41,7 +41,7 @@ PINNED_TAGS = {
     "Refused": "refused", "Register": "register", "Unregister": "unregister",
     "RegistryUpdate": "registry_update", "NodeHeartbeat": "node_heartbeat",
     "NodeExiting": "node_exiting", "Watch": "watch", "Unwatch": "unwatch", "Down": "down",
-    "ErrorReply": "error_reply", "Ack": "ack", "AskFailed": "ask_failed", "TimerFired": "timer_fired",
+    "SessionFailed": "session_failed", "ErrorReply": "error_reply", "Ack": "ack", "AskFailed": "ask_failed", "TimerFired": "timer_fired",
 }
 
 

@@ -83,15 +83,16 @@ def test_full_membership_starts_epoch_zero_with_equal_shares() -> None:
     h = make()
     join_all(h)
     plans = sent(h, m.StartEpoch)
-    assert plans == [(f"worker/{r}", m.StartEpoch(epoch=0, partition_offset=30 * r, partition_size=30))
-                     for r in range(3)]
+    assert plans[0] == ("main", m.StartEpoch(epoch=0, partition_offset=0, partition_size=90))  # progress for the sink
+    assert plans[1:] == [(f"worker/{r}", m.StartEpoch(epoch=0, partition_offset=30 * r, partition_size=30))
+                         for r in range(3)]
     assert {t for t in h.ctx.watched} == {"worker/0", "worker/1", "worker/2"}
 
 
 def test_uneven_dataset_gives_leftovers_to_the_first_ranks() -> None:
     h = make(dataset_size=10)
     join_all(h)
-    sizes = [p.partition_size for _, p in sent(h, m.StartEpoch)]
+    sizes = [p.partition_size for t, p in sent(h, m.StartEpoch) if t != "main"]
     assert sizes == [4, 3, 3]
 
 
@@ -166,9 +167,10 @@ def test_epoch_metrics_are_batch_weighted_and_broadcast() -> None:
     assert agg.avg_loss == pytest.approx((10 * 1.0 + 30 * 0.2 + 20 * 0.5) / 60)
     assert agg.scalars == {"acc": pytest.approx(0.5)}
     assert agg.per_rank_batch_share == pytest.approx([10 / 60, 30 / 60, 20 / 60])
-    assert [s.message for s in out if s.target == "main"] == [agg]
+    assert [s.message for s in out if s.target == "main"] == [
+        agg, m.StartEpoch(epoch=1, partition_offset=0, partition_size=90)]
     # The next epoch is dispatched right after.
-    assert [s.message.epoch for s in out if isinstance(s.message, m.StartEpoch)] == [1, 1, 1]
+    assert [s.message.epoch for s in out if isinstance(s.message, m.StartEpoch)] == [1, 1, 1, 1]
 
 
 def test_partition_proportional_to_throughput_once_calibrated() -> None:
@@ -180,7 +182,7 @@ def test_partition_proportional_to_throughput_once_calibrated() -> None:
     h.take()
     for rank in range(3):
         metrics(h, rank, 0)
-    sizes = [p.partition_size for _, p in sent(h, m.StartEpoch)]
+    sizes = [p.partition_size for t, p in sent(h, m.StartEpoch) if t != "main"]
     assert sizes == [45, 23, 22] or sizes == [45, 22, 23]
     assert sum(sizes) == 90
 
@@ -202,8 +204,8 @@ def test_dead_rank_remainder_split_among_survivors() -> None:
     (request,) = [s for s in out if isinstance(s.message, m.RequestNewNcclId)]
     h.deliver(m.NewNcclIdGenerated(rank=int(request.target[-1]), uid=b"store:1234"), sender=request.target)
     sessions = sent(h, m.NewNcclSession)
-    assert sessions == [("worker/0", m.NewNcclSession(uid=b"store:1234", new_rank=0, new_world_size=2)),
-                        ("worker/2", m.NewNcclSession(uid=b"store:1234", new_rank=1, new_world_size=2))]
+    assert sessions == [("worker/0", m.NewNcclSession(uid=b"store:1234", new_rank=0, new_world_size=2, attempt=1)),
+                        ("worker/2", m.NewNcclSession(uid=b"store:1234", new_rank=1, new_world_size=2, attempt=1))]
 
 
 def test_staleness_declares_a_silent_rank_dead_but_any_message_refreshes() -> None:
@@ -441,3 +443,87 @@ def test_a_live_run_ends_cleanly_and_the_coordinator_replays_exactly(tmp_path: p
     report = replay(tmp_path, actor="coordinator")
     assert report.ok, report.summary()
     assert report.messages > 60
+
+
+def test_run_starts_with_the_ranks_that_joined_in_time() -> None:
+    h = make(join_timeout=5.0)
+    h.ask(m.JoinRequest(rank=0, world_size=3, run_id=RUN, model_signature="s"), sender="worker/0")
+    h.ask(m.JoinRequest(rank=2, world_size=3, run_id=RUN, model_signature="s"), sender="worker/2")
+    h.take()
+    h.advance(4.0)
+    assert sent(h, m.StartEpoch) == [] and h.actor.phase == "joining"
+    h.advance(2.0)
+    plans = [(t, p) for t, p in sent(h, m.StartEpoch) if t != "main"]
+    assert plans == [("worker/0", m.StartEpoch(epoch=0, partition_offset=0, partition_size=45)),
+                     ("worker/2", m.StartEpoch(epoch=0, partition_offset=45, partition_size=45))]
+
+
+def test_joined_ranks_get_coordinator_heartbeats_while_waiting() -> None:
+    h = make()
+    h.ask(m.JoinRequest(rank=0, world_size=3, run_id=RUN, model_signature="s"), sender="worker/0")
+    h.take()
+    h.advance(2.0)
+    assert [t for t, _ in sent(h, m.CoordHeartbeat)] == ["worker/0", "worker/0"]
+
+
+def test_epoch_waits_for_a_handed_over_remainder() -> None:
+    h = make(eval_every=0, final_eval=False)
+    join_all(h)
+    metrics(h, 0, 0)  # rank 0 is done with its slice...
+    batch(h, 1, 5)
+    h.down("worker/1", m.DownReason.DEAD)  # ...when rank 1 dies with 25 samples left
+    metrics(h, 2, 0)
+    assert h.actor.epoch == 0 and not h.actor.history  # the remainder is still being trained on
+    h.deliver(m.MetricsMsg(rank=0, epoch=0, avg_loss=0.4, batches_processed=13, epoch_ms=10.0, samples_processed=13,
+                           extensions=1), sender="worker/0")
+    assert not h.actor.history  # rank 2's share of the remainder is not reported yet
+    h.deliver(m.MetricsMsg(rank=2, epoch=0, avg_loss=0.4, batches_processed=12, epoch_ms=10.0, samples_processed=12,
+                           extensions=1), sender="worker/2")
+    assert [e.epoch for e in h.actor.history] == [0] and h.actor.epoch == 1
+    assert h.actor.history[0].per_rank_samples == [43, 0, 42]
+
+
+def test_a_failed_session_is_formed_again() -> None:
+    h = make(form_group=True)
+    join_all(h)
+    (request,) = [s for s in h.take() if isinstance(s.message, m.RequestNewNcclId)]
+    gen = int(request.target[-1])
+    h.deliver(m.NewNcclIdGenerated(rank=gen, uid=b"a"), sender=request.target)
+    first = sent(h, m.NewNcclSession)
+    assert {s.attempt for _, s in first} == {1}
+    h.deliver(m.SessionFailed(rank=2, attempt=1, reason="timeout"), sender="worker/2")
+    (again,) = [s for s in h.take() if isinstance(s.message, m.RequestNewNcclId)]
+    h.deliver(m.NewNcclIdGenerated(rank=int(again.target[-1]), uid=b"b"), sender=again.target)
+    assert {(s.uid, s.attempt) for _, s in sent(h, m.NewNcclSession)} == {(b"b", 2)}
+    h.deliver(m.SessionFailed(rank=0, attempt=1, reason="late"), sender="worker/0")  # stale: ignored
+    assert sent(h, m.RequestNewNcclId) == []
+
+
+def test_a_sync_broken_by_a_death_is_redone_on_the_new_group() -> None:
+    h = make()
+    join_all(h)
+    for rank in range(3):
+        batch(h, rank, 2)
+    h.deliver(m.SyncAck(rank=0, step_count=2), sender="worker/0")  # rank 0 got through before the death
+    h.take()
+    h.down("worker/1", m.DownReason.DEAD)
+    (request,) = [s for s in h.take() if isinstance(s.message, m.RequestNewNcclId)]
+    h.deliver(m.NewNcclIdGenerated(rank=int(request.target[-1]), uid=b"u"), sender=request.target)
+    out = h.take()
+    kinds = [(s.target, type(s.message).__name__) for s in out if s.target != "main"]
+    assert kinds == [("worker/0", "NewNcclSession"), ("worker/2", "NewNcclSession"),
+                     ("worker/0", "SyncNow"), ("worker/2", "SyncNow")]
+    h.deliver(m.SyncAck(rank=0, step_count=2), sender="worker/0")
+    assert h.actor.sync_armed_at is not None  # rank 2 has not acked the new cycle yet
+    h.deliver(m.SyncAck(rank=2, step_count=2), sender="worker/2")
+    assert h.actor.sync_armed_at is None
+
+
+def test_heartbeat_thread_of_a_rank_is_accepted() -> None:
+    h = make()
+    join_all(h)
+    h.advance(2.0)
+    h.deliver(m.Heartbeat(rank=1, step_count=3), sender="worker/1/heartbeat")
+    assert h.actor.ranks[1].last_seen == 2.0
+    h.deliver(m.Heartbeat(rank=1, step_count=3), sender="worker/2/heartbeat")  # not rank 1's thread
+    assert h.actor.ranks[1].last_seen == 2.0

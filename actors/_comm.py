@@ -1,0 +1,109 @@
+"""The collective-communication interface the worker uses, and its CPU implementation.
+
+One interface, two backends: :class:`GlooCommunicator` (torch.distributed with
+gloo, for CPU runs and tests) here, and the NCCL communicator of the NCCL
+issue.  The coordinator drives both through the same messages:
+``RequestNewNcclId`` -> ``NewNcclIdGenerated`` -> ``NewNcclSession``.
+
+For gloo the "unique id" is the address of a TCP store that the *generating*
+rank hosts (as NCCL's unique id encodes the generator's bootstrap address), so
+re-forming the group after a death works across hosts, not only on one.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+from typing import Any, Protocol
+
+
+class CommError(RuntimeError):
+    """A collective failed (a peer died, the group was torn down); the group must be re-formed."""
+
+
+class Communicator(Protocol):
+    """What a worker needs from a process group."""
+
+    @property
+    def ready(self) -> bool: ...
+
+    @property
+    def world_size(self) -> int: ...
+
+    def new_unique_id(self) -> bytes:
+        """Create the rendezvous point of the next group (this rank hosts it)."""
+
+    def init(self, uid: bytes, rank: int, world_size: int) -> None:
+        """Join the group ``uid`` as ``rank`` of ``world_size`` (tearing down any current one)."""
+
+    def all_reduce_sum(self, tensor: Any) -> None:
+        """Sum ``tensor`` in place over the group; raises :class:`CommError` on failure."""
+
+    def abort(self) -> None:
+        """Tear the current group down (unblocks nothing on gloo; NCCL aborts in-flight work)."""
+
+
+class GlooCommunicator:
+    """torch.distributed with the gloo backend; each (re-)formation gets a fresh TCP store."""
+
+    def __init__(self, timeout_s: float = 30.0, host: str | None = None) -> None:
+        self.timeout = datetime.timedelta(seconds=timeout_s)
+        self.host = host
+        self._hosted: Any = None  # the TCPStore this rank hosts for the next formation
+        self._rank = -1
+        self._world = 0
+        self._group = False
+
+    @property
+    def ready(self) -> bool:
+        return self._group
+
+    @property
+    def world_size(self) -> int:
+        return self._world
+
+    def new_unique_id(self) -> bytes:
+        import torch.distributed as dist
+
+        # The address peers reach this rank at: loopback unless told (multi-host runs set it).
+        host = self.host or os.environ.get("ACTORWIRE_HOST", "127.0.0.1")
+        store = dist.TCPStore(host, 0, is_master=True, wait_for_workers=False, timeout=self.timeout)
+        self._hosted = store
+        return f"{host}:{store.port}".encode()
+
+    def init(self, uid: bytes, rank: int, world_size: int) -> None:
+        import torch.distributed as dist
+
+        self.abort()
+        host, port = uid.decode().rsplit(":", 1)
+        store = dist.TCPStore(host, int(port), is_master=False, timeout=self.timeout)
+        try:
+            dist.init_process_group("gloo", store=store, rank=rank, world_size=world_size, timeout=self.timeout)
+        except Exception as exc:
+            raise CommError(f"could not form the gloo group {uid.decode()} as rank {rank}/{world_size}: {exc}") \
+                from exc
+        self._store = store
+        self._rank, self._world, self._group = rank, world_size, True
+
+    def all_reduce_sum(self, tensor: Any) -> None:
+        import torch.distributed as dist
+
+        if not self._group:
+            raise CommError("no process group: waiting for a new session")
+        if self._world == 1:
+            return
+        try:
+            dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
+        except Exception as exc:  # gloo raises RuntimeError subclasses on peer loss
+            self._group = False
+            raise CommError(f"all_reduce failed: {exc}") from exc
+
+    def abort(self) -> None:
+        import torch.distributed as dist
+
+        if dist.is_initialized():
+            try:
+                dist.destroy_process_group()
+            except Exception:  # a broken group may fail to tear down cleanly; it is gone either way
+                pass
+        self._group = False
