@@ -44,6 +44,10 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         from . import _bench_codec
 
         results = _bench_codec.run(args.kinds.split(",") if args.kinds else None)
+    elif args.suite == "tensor":
+        from . import _bench_tensor
+
+        results = _bench_tensor.run()
     elif args.suite == "worker":
         from . import _bench_worker
 
@@ -92,7 +96,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_messages)
 
     p = sub.add_parser("bench", help="measure actorwire against its baseline in one run")
-    p.add_argument("suite", choices=["codec", "bus", "record", "worker"], help="which suite to run")
+    p.add_argument("suite", choices=["codec", "bus", "record", "worker", "tensor"], help="which suite to run")
     p.add_argument("--json", metavar="PATH", help="also write the results as JSON")
     p.add_argument("--kinds", metavar="K1,K2", help="codec: only these message kinds")
     p.add_argument("--messages", type=_positive, default=200_000, metavar="N",

@@ -1,0 +1,189 @@
+"""``actorwire bench tensor``: moving tensors between two processes on the planes.
+
+* ``tensor.shm.{64MiB,1GiB}``: export into a shared-memory slot (one copy)
+  and copy out in the consumer process (the second copy), against one
+  in-process ``memcpy`` of the same bytes.  Target: at least 0.5 of memcpy.
+* ``tensor.cuda_ipc.{64MiB,1GiB}`` (where CUDA exists): export by IPC handle,
+  open and copy device-to-device in the consumer, against one device copy in
+  the exporter.  Target: at least 0.9 at 1 GiB.  ``tensor.cuda_ipc.export``
+  and ``.open``: median handle export and open times.
+* ``tensor.publish_group64``: exporting a 64-tensor group and encoding its
+  ``PublishGroup``.  Target: under 1 ms.
+"""
+
+from __future__ import annotations
+
+import statistics
+import subprocess
+import sys
+import time
+from typing import Any
+
+import msgspec
+
+from actorwire import messages as m
+
+from ._bench import Result
+
+SIZES = {"64MiB": 64 << 20, "1GiB": 1 << 30}
+
+
+def _consumer() -> None:
+    """Child: for each line (hex msgpack of a name->TensorRef map) open, copy out, answer."""
+    import torch
+
+    from actorwire.transport._cuda_ipc import CudaIpcImporter
+    from actorwire.transport._shm import ShmImporter
+
+    decoder = msgspec.msgpack.Decoder(dict[str, m.TensorRef])
+    dst: dict[tuple[Any, ...], Any] = {}
+    for line in sys.stdin:
+        refs = decoder.decode(bytes.fromhex(line.strip()))
+        t0 = time.perf_counter()
+        opened = 0.0
+        for ref in refs.values():
+            importer: Any = CudaIpcImporter() if ref.plane is m.Plane.CUDA_IPC else ShmImporter()
+            o0 = time.perf_counter()
+            src = importer.open(ref)
+            opened += time.perf_counter() - o0
+            key = (ref.dtype, tuple(ref.shape), src.device.type)
+            if key not in dst:
+                dst[key] = torch.empty_like(src)
+            dst[key].copy_(src)
+            if src.is_cuda:
+                torch.cuda.synchronize()
+                del src
+                importer.drop()  # CUDA bases are dropped at the end of a sync
+            else:
+                del src  # shm mappings stay: the exporter reuses its slots, so they stay valid
+        print(f"{time.perf_counter() - t0:.9f} {opened:.9f}", flush=True)
+
+
+class _Child:
+    def __init__(self) -> None:
+        self.proc = subprocess.Popen([sys.executable, "-m", "actorwire.actors._bench_tensor", "consumer"],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+
+    def send(self, refs: dict[str, m.TensorRef]) -> tuple[float, float]:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.write(msgspec.msgpack.encode(refs).hex() + "\n")
+        self.proc.stdin.flush()
+        total, opened = self.proc.stdout.readline().split()
+        return float(total), float(opened)
+
+    def close(self) -> None:
+        assert self.proc.stdin is not None and self.proc.stdout is not None
+        self.proc.stdin.close()
+        self.proc.wait(60)
+        self.proc.stdout.close()
+
+
+def _best(fn: Any, repeats: int) -> float:
+    return min(fn() for _ in range(repeats))
+
+
+def run(sizes: list[str] | None = None, repeats: int = 3, progress: Any = sys.stderr) -> list[Result]:
+    import torch
+
+    from actorwire.transport._cuda_ipc import CudaIpcExporter
+    from actorwire.transport._shm import ShmExporter
+
+    results: list[Result] = []
+    child = _Child()
+    try:
+        for label in sizes or list(SIZES):
+            nbytes = SIZES[label]
+            src = torch.ones(nbytes // 4, dtype=torch.float32)
+            dst = torch.empty_like(src)
+
+            def memcpy() -> float:
+                t0 = time.perf_counter()
+                dst.copy_(src)
+                return time.perf_counter() - t0
+
+            base = nbytes / _best(memcpy, repeats) / 1e9
+            with ShmExporter(slot_bytes=nbytes) as exporter:
+                def shm() -> float:
+                    t0 = time.perf_counter()
+                    slot, refs = exporter.export({"w": src})
+                    child.send(refs)
+                    exporter.release(slot)
+                    return time.perf_counter() - t0
+
+                shm()  # warm: the first export creates the segment
+                results.append(Result.against(f"tensor.shm.{label}", nbytes / _best(shm, repeats) / 1e9, "GB/s",
+                                              base, ">= 0.5 of memcpy"))
+            del src, dst
+        if torch.cuda.is_available():
+            results += _cuda(child, sizes or list(SIZES), repeats)
+        results.append(_publish_group64())
+    finally:
+        child.close()
+    return results
+
+
+def _cuda(child: _Child, sizes: list[str], repeats: int) -> list[Result]:
+    import torch
+
+    from actorwire.transport._cuda_ipc import CudaIpcExporter
+
+    out: list[Result] = []
+    exporter = CudaIpcExporter()
+    export_times: list[float] = []
+    open_times: list[float] = []
+    for label in sizes:
+        nbytes = SIZES[label]
+        src = torch.ones(nbytes // 4, dtype=torch.float32, device="cuda")
+        dst = torch.empty_like(src)
+
+        def d2d() -> float:
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            dst.copy_(src)
+            torch.cuda.synchronize()
+            return time.perf_counter() - t0
+
+        d2d()
+        base = nbytes / _best(d2d, repeats) / 1e9
+
+        def ipc() -> float:
+            e0 = time.perf_counter()
+            key, refs = exporter.export({"w": src})
+            export_times.append(time.perf_counter() - e0)
+            consumer_s, opened = child.send(refs)  # open + device copy + sync, timed in the consumer
+            open_times.append(opened)
+            exporter.release(key)
+            return consumer_s + export_times[-1]
+
+        ipc()  # warm: CUDA context and first open in the consumer
+        out.append(Result.against(f"tensor.cuda_ipc.{label}", nbytes / _best(ipc, repeats) / 1e9, "GB/s", base,
+                                  ">= 0.9 of device copy at 1GiB" if label == "1GiB" else ""))
+        del src, dst
+    out.append(Result.against("tensor.cuda_ipc.export", statistics.median(export_times) * 1e3, "ms", None))
+    out.append(Result.against("tensor.cuda_ipc.open", statistics.median(open_times) * 1e3, "ms", None))
+    return out
+
+
+def _publish_group64() -> Result:
+    import torch
+
+    from actorwire.transport._shm import ShmExporter
+
+    group = {f"layers.3.w{i}": torch.randn(256) for i in range(64)}
+    codec = m.Codec()
+    with ShmExporter(slot_bytes=1 << 20) as exporter:
+        def publish() -> float:
+            t0 = time.perf_counter()
+            slot, refs = exporter.export(group)
+            codec.encode_message(m.PublishGroup(sync_id=1, group_idx=3, tensors=refs))
+            exporter.release(slot)
+            return time.perf_counter() - t0
+
+        publish()
+        best = _best(publish, 20)
+    return Result.against("tensor.publish_group64", best * 1e3, "ms", None, "< 1 ms")
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] == ["consumer"]:
+        _consumer()

@@ -1,0 +1,141 @@
+"""The shared-memory plane: packing, zero-copy views, reuse, release, and no leak when the owner dies."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+
+import msgspec
+import pytest
+import torch
+
+from actorwire.messages import Plane, TensorRef
+from actorwire.transport._planes import choose_plane
+from actorwire.transport._shm import ShmExporter, ShmImporter
+
+
+def test_group_is_packed_aligned_into_one_slot_and_read_back() -> None:
+    tensors = {"a": torch.arange(5, dtype=torch.float32), "b": torch.ones(3, 3, dtype=torch.bfloat16),
+               "c": torch.arange(12, dtype=torch.int64).reshape(3, 4).t(), "empty": torch.empty(0)}
+    with ShmExporter(slot_bytes=4096) as exporter:
+        slot, refs = exporter.export(tensors)
+        assert len({r.handle for r in refs.values()}) == 1  # one handle per slot
+        assert all(r.offset % 16 == 0 for r in refs.values())
+        importer = ShmImporter()
+        for name, t in tensors.items():
+            assert torch.equal(importer.open(refs[name]), t), name
+        importer.drop()
+
+
+def test_importer_views_share_memory_with_the_slot() -> None:
+    with ShmExporter(slot_bytes=1024) as exporter:
+        _, refs = exporter.export({"w": torch.zeros(4)})
+        importer = ShmImporter()
+        first = importer.open(refs["w"])
+        second = importer.open(refs["w"])
+        first[1] = 7.0
+        assert second[1] == 7.0  # no copy on the reading side
+        del first, second
+        importer.drop()
+
+
+def test_slots_are_reused_after_release() -> None:
+    with ShmExporter(slot_bytes=1024) as exporter:
+        a, _ = exporter.export({"x": torch.ones(10)})
+        b, _ = exporter.export({"x": torch.ones(10)})
+        assert a != b
+        exporter.release(a)
+        c, _ = exporter.export({"x": torch.ones(10)})
+        assert c == a
+        big, refs = exporter.export({"x": torch.ones(1000)})  # larger than a slot: its own segment
+        assert refs["x"].nbytes == 4000 and big not in (a, b)
+
+
+def test_refs_survive_the_wire() -> None:
+    with ShmExporter(slot_bytes=1024) as exporter:
+        _, refs = exporter.export({"x": torch.arange(6.0).reshape(2, 3)})
+        wire = msgspec.msgpack.decode(msgspec.msgpack.encode(refs["x"]), type=TensorRef)
+        assert wire.plane is Plane.SHM and wire.shape == [2, 3] and wire.stride == [3, 1]
+        importer = ShmImporter()
+        assert torch.equal(importer.open(wire), torch.arange(6.0).reshape(2, 3))
+        importer.drop()
+
+
+def test_errors_name_the_problem() -> None:
+    with ShmExporter() as exporter:
+        with pytest.raises(ValueError, match="the shm plane carries CPU tensors, got one on meta"):
+            exporter.export({"x": torch.empty(2, device="meta")})
+    gone = TensorRef(dtype="float32", shape=[1], stride=[1], plane=Plane.SHM, handle=b"aw-nope-1", nbytes=4)
+    with pytest.raises(FileNotFoundError, match="shared-memory slot 'aw-nope-1' is gone"):
+        ShmImporter().open(gone)
+    with pytest.raises(ValueError, match="not a shared-memory tensor: plane frames"):
+        ShmImporter().open(TensorRef(dtype="float32", shape=[1], stride=[1]))
+
+
+def test_close_unlinks_the_segments() -> None:
+    exporter = ShmExporter(slot_bytes=1024)
+    _, refs = exporter.export({"x": torch.ones(2)})
+    name = refs["x"].handle.decode()
+    assert pathlib.Path("/dev/shm", name).exists()
+    exporter.close()
+    assert not pathlib.Path("/dev/shm", name).exists()
+    exporter.close()  # idempotent
+
+
+CHILD = """
+import sys, torch
+from actorwire.transport._shm import ShmExporter
+e = ShmExporter(slot_bytes=1 << 20, prefix=sys.argv[1])
+_, refs = e.export({"x": torch.ones(100)})
+print(refs["x"].handle.decode(), flush=True)
+sys.stdin.readline()
+"""
+
+
+@pytest.mark.timeout(60)
+def test_a_dead_owner_leaks_no_segment() -> None:
+    prefix = f"awtest{os.getpid()}"
+    proc = subprocess.Popen([sys.executable, "-c", CHILD, prefix], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            text=True)
+    try:
+        assert proc.stdout is not None
+        name = proc.stdout.readline().strip()
+        path = pathlib.Path("/dev/shm", name)
+        assert path.exists()
+        # Another process reads it while the owner lives.
+        read = subprocess.run([sys.executable, "-c",
+                               "import sys,torch; from actorwire.transport._shm import ShmImporter;"
+                               "from actorwire.messages import TensorRef, Plane;"
+                               f"r=TensorRef(dtype='float32',shape=[100],stride=[1],plane=Plane.SHM,"
+                               f"handle=b'{name}',nbytes=400);"
+                               "print(float(ShmImporter().open(r).sum()))"],
+                              capture_output=True, text=True, timeout=30)
+        assert read.stdout.strip() == "100.0"
+        assert path.exists()  # the reader exiting did not unlink the owner's segment
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(10)
+        for _ in range(200):  # the owner's resource tracker unlinks it (bounded wait)
+            if not path.exists():
+                break
+            subprocess.run(["sleep", "0.05"])
+        assert not path.exists()
+    finally:
+        proc.kill()
+        proc.wait(10)
+        for stream in (proc.stdin, proc.stdout):
+            if stream is not None:
+                stream.close()
+
+
+def test_plane_choice() -> None:
+    assert choose_plane("cpu", same_host=True) is Plane.SHM
+    assert choose_plane("cuda:1", same_host=True) is Plane.CUDA_IPC
+    assert choose_plane("cuda:0", same_host=False) is Plane.FRAMES
+    assert choose_plane("cpu", same_host=True, force="frames") is Plane.FRAMES
+    with pytest.raises(ValueError, match="plane cuda_ipc cannot carry a tensor on cpu"):
+        choose_plane("cpu", same_host=True, force=Plane.CUDA_IPC)
+    with pytest.raises(ValueError, match="plane shm works within one host only"):
+        choose_plane("cpu", same_host=False, force="shm")

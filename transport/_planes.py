@@ -1,0 +1,28 @@
+"""Choosing a tensor plane by locality and device (or by force)."""
+
+from __future__ import annotations
+
+from actorwire.messages import Plane
+
+
+def choose_plane(device: str, *, same_host: bool, force: Plane | str | None = None) -> Plane:
+    """``cuda_ipc`` for GPU tensors on one host, ``shm`` for CPU tensors on one host, else ``frames``.
+
+    ``force`` (or ``$ACTORWIRE_PLANE``) overrides the choice; a forced plane
+    that cannot carry the tensor is an error naming both.
+    """
+    import os
+
+    forced = force or os.environ.get("ACTORWIRE_PLANE")
+    if forced:
+        plane = Plane(forced)
+        if plane is Plane.CUDA_IPC and not device.startswith("cuda"):
+            raise ValueError(f"plane cuda_ipc cannot carry a tensor on {device}")
+        if plane is Plane.SHM and device.startswith("cuda"):
+            raise ValueError(f"plane shm carries CPU tensors, not one on {device}")
+        if plane in (Plane.SHM, Plane.CUDA_IPC) and not same_host:
+            raise ValueError(f"plane {plane.value} works within one host only")
+        return plane
+    if same_host:
+        return Plane.CUDA_IPC if device.startswith("cuda") else Plane.SHM
+    return Plane.FRAMES
