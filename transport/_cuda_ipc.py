@@ -56,18 +56,24 @@ class CudaIpcExporter:
         torch.cuda.current_stream().synchronize()
         refs: dict[str, TensorRef] = {}
         held = []
+        shared: dict[int, tuple[int, bytes]] = {}  # one handle per storage: views of it share it
         for name, t in tensors.items():
             if t.device.type != "cuda":
                 raise ValueError(f"{name}: the cuda_ipc plane carries GPU tensors, got one on {t.device}")
             storage = t.untyped_storage()
-            share = storage._share_cuda_()
-            # (device, handle, size_bytes, offset_bytes, ref_counter_handle, ref_counter_offset,
-            #  event_handle, event_sync_required)
-            handle = msgspec.msgpack.encode([share[1], share[2], share[3], share[4], share[5], share[6], share[7]])
-            held.append(storage)
+            entry = shared.get(storage.data_ptr())
+            if entry is None:
+                share = storage._share_cuda_()
+                # (device, handle, size_bytes, offset_bytes, ref_counter_handle, ref_counter_offset,
+                #  event_handle, event_sync_required)
+                entry = (share[0], msgspec.msgpack.encode(
+                    [share[1], share[2], share[3], share[4], share[5], share[6], share[7]]))
+                shared[storage.data_ptr()] = entry
+                held.append(storage)
+            device_index, handle = entry
             refs[name] = TensorRef(dtype=str(t.dtype).removeprefix("torch."), shape=list(t.shape),
                                    stride=list(t.stride()), storage_offset=t.storage_offset(),
-                                   device=f"cuda:{share[0]}", plane=Plane.CUDA_IPC, handle=handle,
+                                   device=f"cuda:{device_index}", plane=Plane.CUDA_IPC, handle=handle,
                                    nbytes=t.numel() * t.element_size())
         key = next(self._ids)
         self._held[key] = held
@@ -89,21 +95,23 @@ class CudaIpcImporter:
     """Opens IPC handles (once per storage) and rebuilds the tensor views."""
 
     def __init__(self) -> None:
-        self._bases: dict[bytes, Any] = {}
+        self._bases: dict[tuple[bytes, int], Any] = {}
 
     def open(self, ref: TensorRef) -> Any:
         import torch
 
         if ref.plane is not Plane.CUDA_IPC:
             raise ValueError(f"not a CUDA IPC tensor: plane {ref.plane.value}")
-        storage = self._bases.get(ref.handle)
+        handle, size, offset, rc_handle, rc_offset, event, event_sync = msgspec.msgpack.decode(ref.handle)
         device = int(ref.device.split(":", 1)[1]) if ":" in ref.device else 0
+        # Keyed by the memory handle and offset alone: two exports of one storage
+        # carry different reference-counter slots but must open the memory once.
+        storage = self._bases.get((handle, offset))
         if storage is None:
             torch.cuda._lazy_init()
-            handle, size, offset, rc_handle, rc_offset, event, event_sync = msgspec.msgpack.decode(ref.handle)
             storage = torch.UntypedStorage._new_shared_cuda(device, handle, size, offset, rc_handle, rc_offset,
                                                             event, event_sync)
-            self._bases[ref.handle] = storage
+            self._bases[(handle, offset)] = storage
         dtype = getattr(torch, ref.dtype)
         view = torch.empty(0, dtype=dtype, device=f"cuda:{device}")
         view.set_(storage, ref.storage_offset, ref.shape, ref.stride)
