@@ -66,8 +66,10 @@ class ShmExporter:
             self._free.discard(slot)
             return slot
         slot = next(self._ids)
-        self._slots[slot] = shared_memory.SharedMemory(
+        shm = shared_memory.SharedMemory(
             name=f"{self.prefix}-{slot}", create=True, size=max(nbytes, self.slot_bytes if nbytes else 1))
+        self._slots[slot] = shm
+        _CREATED.add(shm.name)
         return slot
 
     def export(self, tensors: dict[str, Any]) -> tuple[int, dict[str, TensorRef]]:
@@ -129,6 +131,9 @@ class ShmExporter:
         self.close()
 
 
+#: Segments created by exporters of this process.
+_CREATED: set[str] = set()
+
 #: Every mapping this process opened, by segment name.  Global on purpose: a
 #: view must stay valid even if the importer that made it is garbage-collected
 #: (closing the mapping under a live view would fault); only ``drop()`` closes.
@@ -153,7 +158,8 @@ class ShmImporter:
                 shm = shared_memory.SharedMemory(name=name)
             except FileNotFoundError:
                 raise FileNotFoundError(f"shared-memory slot {name!r} is gone (released or its owner died)") from None
-            resource_tracker.unregister(shm._name, "shared_memory")  # type: ignore[attr-defined]
+            if name not in _CREATED:  # our own segment stays registered: its exporter unlinks it
+                resource_tracker.unregister(shm._name, "shared_memory")  # type: ignore[attr-defined]
             _MAPPED[name] = shm
         self._opened.add(name)
         dtype = getattr(torch, ref.dtype)
