@@ -54,6 +54,7 @@ def test_tensors_cross_processes_by_handle_and_share_memory() -> None:
     base = torch.arange(64, dtype=torch.float32, device="cuda")
     tensors = {"a": base[:16], "b": base[16:48].reshape(4, 8).t(), "c": torch.ones(3, 5, dtype=torch.bfloat16,
                                                                                    device="cuda")}
+    expected = {name: float(t.float().sum()) for name, t in tensors.items()}  # before the consumer writes
     exporter = CudaIpcExporter()
     key, refs = exporter.export(tensors)
     assert all(r.plane is Plane.CUDA_IPC and r.device == "cuda:0" for r in refs.values())
@@ -69,8 +70,8 @@ def test_tensors_cross_processes_by_handle_and_share_memory() -> None:
         lines = [proc.stdout.readline().split() for _ in range(3)]
         got = {name: (float(total), shape, contiguous) for name, total, *rest in lines
                for shape, contiguous in [(" ".join(rest[:-1]), rest[-1])]}
-        assert got["a"][0] == float(tensors["a"].sum())
-        assert got["b"][0] == float(tensors["b"].sum()) and got["b"][2] == "False"  # the strided view survives
+        assert got["a"][0] == expected["a"]
+        assert got["b"][0] == expected["b"] and got["b"][2] == "False"  # the strided view survives
         assert got["c"][0] == 15.0
         assert proc.stdout.readline().strip() == "written"
         torch.cuda.synchronize()
