@@ -28,6 +28,7 @@ from actorwire.messages import (
 )
 from actorwire.transport import (
     ActorDead,
+    BlockingReply,
     AskTimeout,
     Mailbox,
     Node,
@@ -578,22 +579,10 @@ class ActorSystem:
 
     def _blocking_ask(self, sender: str, target: str, message: Message, timeout: float | None,
                       expect: type[R] | None) -> Any:
-        done = threading.Event()
-        box: list[Any] = []
-
-        def on_reply(envelope: Envelope, reply: Message) -> None:
-            box.append(reply)
-            done.set()
-
-        def on_failure(corr: int, error: Exception) -> None:
-            box.append(error)
-            done.set()
-
-        self._node.ask(sender, target, message, timeout=timeout, on_reply=on_reply, on_failure=on_failure)
-        done.wait()  # the transport runs exactly one callback, by the deadline at the latest
-        result = box[0]
-        if isinstance(result, Exception):
-            raise result
+        waiter = BlockingReply()
+        self._node.ask(sender, target, message, timeout=timeout, on_reply=waiter.on_reply,
+                       on_failure=waiter.on_failure)
+        result = waiter.wait()
         if expect is not None and not isinstance(result, expect):
             raise UnexpectedReply(target, expect, result)
         return result

@@ -35,3 +35,12 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.skip(reason="needs a CUDA device; none is visible"))
         if "multigpu" in item.keywords and devices < 2:
             item.add_marker(pytest.mark.skip(reason=f"needs 2 CUDA devices; {devices} visible"))
+
+
+def stop_process(proc) -> None:  # type: ignore[no-untyped-def]
+    """Kill a test's child process, reap it and close its pipes (no ResourceWarning)."""
+    proc.kill()
+    proc.wait(10)
+    for stream in (proc.stdin, proc.stdout, proc.stderr):
+        if stream is not None:
+            stream.close()

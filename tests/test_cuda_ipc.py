@@ -8,6 +8,7 @@ import warnings
 
 import msgspec
 import pytest
+from conftest import stop_process
 
 from actorwire.messages import Plane, TensorRef
 from actorwire.transport._cuda_ipc import CudaIpcExporter, CudaIpcImporter, expandable_segments_on
@@ -80,11 +81,7 @@ def test_tensors_cross_processes_by_handle_and_share_memory() -> None:
         proc.stdin.flush()
         assert proc.wait(60) == 0
     finally:
-        proc.kill()
-        proc.wait(10)
-        for stream in (proc.stdin, proc.stdout):
-            if stream is not None:
-                stream.close()
+        stop_process(proc)
     exporter.release(key)
     assert exporter.held == 0
 

@@ -10,6 +10,7 @@ import sys
 
 import msgspec
 import pytest
+from conftest import stop_process
 import torch
 
 from actorwire.messages import Plane, TensorRef
@@ -123,11 +124,7 @@ def test_a_dead_owner_leaks_no_segment() -> None:
             subprocess.run(["sleep", "0.05"])
         assert not path.exists()
     finally:
-        proc.kill()
-        proc.wait(10)
-        for stream in (proc.stdin, proc.stdout):
-            if stream is not None:
-                stream.close()
+        stop_process(proc)
 
 
 def test_plane_choice() -> None:

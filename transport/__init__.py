@@ -20,11 +20,11 @@ from ._errors import (
 )
 from ._log import configure_logging, get_logger
 from ._mailbox import Mailbox
-from ._node import Node
+from ._node import BlockingReply, Node
 from ._registry import Registry, RegistryError
 
 __all__ = [
-    "configure_logging", "get_logger", "RuntimeConfig", "Mailbox", "Node", "Registry", "RegistryError",
+    "configure_logging", "get_logger", "RuntimeConfig", "Mailbox", "Node", "BlockingReply", "Registry", "RegistryError",
     "DeliveryError", "UnknownActor", "ActorDead", "AskTimeout", "BackpressureTimeout", "WouldBlock",
     "RemoteError", "SystemClosed", "JoinRefused",
 ]

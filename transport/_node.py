@@ -142,6 +142,32 @@ class _PendingAsk:
     done: bool = False
 
 
+class BlockingReply:
+    """The callbacks of one ask, for a thread that waits for the outcome."""
+
+    __slots__ = ("_done", "_box")
+
+    def __init__(self) -> None:
+        self._done = threading.Event()
+        self._box: list[Any] = []
+
+    def on_reply(self, envelope: Envelope, message: Message) -> None:
+        self._box.append(message)
+        self._done.set()
+
+    def on_failure(self, correlation_id: int, error: Exception) -> None:
+        self._box.append(error)
+        self._done.set()
+
+    def wait(self) -> Message:
+        """The reply, or the failure raised; the node runs one callback by the deadline at the latest."""
+        self._done.wait()
+        result = self._box[0]
+        if isinstance(result, Exception):
+            raise result
+        return result  # type: ignore[no-any-return]
+
+
 class _Link:
     """A DEALER connected to one peer node's ROUTER."""
 
@@ -374,20 +400,12 @@ class Node:
         self._seq[sender] = seq
         return seq
 
-    def send(
-        self,
-        sender: str,
-        target: str,
-        message: Message,
-        *,
-        correlation_id: int = 0,
-        timeout: float | None = None,
-        block: bool = True,
-        trace_id: str | None = None,
-    ) -> int:
-        """Send ``message``; returns its sequence number.  See the module doc for the guarantees."""
-        return self.send_record(sender, target, message, correlation_id=correlation_id, timeout=timeout,
-                                block=block, trace_id=trace_id)[0]
+    def send(self, sender: str, target: str, message: Message, **options: Any) -> int:
+        """Send ``message``; returns its sequence number (options: see :meth:`send_record`).
+
+        See the module doc for the guarantees.
+        """
+        return self.send_record(sender, target, message, **options)[0]
 
     def send_record(
         self,
@@ -570,26 +588,14 @@ class Node:
 
     def _request_root(self, message: Message, timeout: float) -> Message:
         """Node-level request to the root, waiting for its reply."""
-        done = threading.Event()
-        result: list[Any] = []
-
-        def on_reply(env: Envelope, msg: Message) -> None:
-            result.append(msg)
-            done.set()
-
-        def on_failure(corr: int, exc: Exception) -> None:
-            result.append(exc)
-            done.set()
-
+        waiter = BlockingReply()
         corr = next(self._corr)
         self._asks[corr] = _PendingAsk(corr, "root", type(message).wire_tag(), timeout,
-                                       time.monotonic() + self.config.scaled(timeout), on_reply, on_failure)
+                                       time.monotonic() + self.config.scaled(timeout), waiter.on_reply,
+                                       waiter.on_failure)
         self._command(("root_request", corr, message))
         self._add_deadline(self._asks[corr].deadline, corr)
-        done.wait()
-        (answer,) = result
-        if isinstance(answer, Exception):
-            raise answer
+        answer = waiter.wait()
         if isinstance(answer, (Refused, ErrorReply)):
             text = answer.reason if isinstance(answer, Refused) else answer.message
             raise JoinRefused(text)
