@@ -6,7 +6,7 @@ cadence) and print the per-epoch aggregated metrics.
 
     python examples/custom_trainer.py
 
-The lines marked ``# actorwire`` are all a trainer adds (17 of them).
+The lines marked ``# actorwire`` are all a trainer adds (16 of them).
 """
 
 from __future__ import annotations
@@ -18,10 +18,7 @@ import time
 import torch
 
 from actorwire import messages as m
-from actorwire.actors import ActorSystem
-from actorwire.actors._comm import GlooCommunicator  # actorwire
-from actorwire.actors._coordinator import Coordinator
-from actorwire.actors._worker import Worker  # actorwire
+from actorwire.actors import ActorSystem, Coordinator, GlooCommunicator, Worker  # actorwire
 
 DATASET, BATCH, EPOCHS, WORKERS = 2048, 32, 3, 2
 

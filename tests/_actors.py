@@ -6,7 +6,7 @@ import os
 import time
 
 from actorwire import messages as m
-from actorwire.actors import Actor, Context, handler
+from actorwire.actors import Actor, Context, GpuWorker, handler
 
 
 class Echo(Actor):
@@ -177,3 +177,36 @@ class ScriptedWorker(Actor):
     @handler
     def on_other(self, msg: m.Message, ctx: Context) -> None:
         pass  # heartbeats, roles, aggregates, global steps
+
+
+class LinearWorker(GpuWorker):
+    """A GpuWorker training a linear regression on CPU (gloo), for the control-plane tests."""
+
+    def setup(self) -> None:
+        import torch
+
+        torch.manual_seed(0)
+        g = torch.Generator().manual_seed(3)
+        self.x = torch.randn(512, 4, generator=g)
+        self.y = self.x.sum(dim=1, keepdim=True)
+        self.model = torch.nn.Linear(4, 1)
+        self.opt = torch.optim.SGD(self.model.parameters(), lr=0.1)
+
+    def train_batch(self, indices: range) -> float:
+        import torch
+
+        loss = torch.nn.functional.mse_loss(self.model(self.x[indices.start:indices.stop]),
+                                            self.y[indices.start:indices.stop])
+        self.opt.zero_grad()
+        loss.backward()
+        self.opt.step()
+        return loss.item()
+
+    def parameters(self) -> list:
+        return list(self.model.parameters())
+
+    def evaluate(self, epoch: int) -> float:
+        import torch
+
+        with torch.no_grad():
+            return float(torch.nn.functional.mse_loss(self.model(self.x), self.y))
