@@ -25,12 +25,10 @@ from typing import Any
 from actorwire.messages import (
     Batch,
     Checkpoint,
-    CheckpointResult,
     CoordHeartbeat,
     DeclareDead,
     EpochAggregated,
     EvalBroadcast,
-    EvalResult,
     ExecuteEval,
     Exiting,
     ExtendPartition,
@@ -55,6 +53,7 @@ from actorwire.messages import (
 from ._actor import Actor, handler
 from ._comm import CommError, Communicator
 from ._context import Context
+from ._rank_ops import run_checkpoint, run_eval, weighted_average
 
 
 class GpuWorker(Actor):
@@ -186,20 +185,12 @@ class GpuWorker(Actor):
     def on_sync(self, msg: SyncNow, ctx: Context) -> None:
         params = self.parameters()
         if params and self.comm is not None:
-            import torch
-            from torch.nn.utils import parameters_to_vector, vector_to_parameters
-
-            with torch.no_grad():
-                flat = parameters_to_vector(params)
-                weight = float(max(1, self.steps_since_sync))
-                buf = torch.cat([flat * weight, torch.tensor([weight], dtype=flat.dtype)])
-                try:
-                    self.comm.all_reduce_sum(buf)
-                except CommError as exc:
-                    # Abandoned: the coordinator redoes the cycle once the group is re-formed.
-                    ctx.log.warning("all-reduce failed; waiting for the re-formed group", error=str(exc))
-                    return
-                vector_to_parameters(buf[:-1] / float(buf[-1]), params)
+            try:
+                weighted_average(self.comm, params, self.steps_since_sync)
+            except CommError as exc:
+                # Abandoned: the coordinator redoes the cycle once the group is re-formed.
+                ctx.log.warning("all-reduce failed; waiting for the re-formed group", error=str(exc))
+                return
         self.steps_since_sync = 0
         ctx.tell(self.coordinator, SyncAck(rank=self.rank, step_count=self.steps))
 
@@ -220,23 +211,11 @@ class GpuWorker(Actor):
 
     @handler
     def on_eval(self, msg: ExecuteEval, ctx: Context) -> None:
-        t0 = ctx.now()
-        try:
-            metric, error = float(self.evaluate(msg.epoch)), None
-        except Exception as exc:
-            metric, error = float("nan"), f"{type(exc).__name__}: {exc}"
-        ctx.tell(self.coordinator, EvalResult(rank=self.rank, schedule_id=msg.schedule_id, epoch=msg.epoch,
-                                              metric=metric, elapsed_ms=(ctx.now() - t0) * 1000, error=error))
+        ctx.tell(self.coordinator, run_eval(self.rank, msg, self.evaluate))
 
     @handler
     def on_checkpoint(self, msg: Checkpoint, ctx: Context) -> None:
-        t0 = ctx.now()
-        try:
-            path, error = self.checkpoint(msg.version), None
-        except Exception as exc:
-            path, error = None, f"{type(exc).__name__}: {exc}"
-        ctx.tell(self.coordinator, CheckpointResult(rank=self.rank, version=msg.version,
-                                                    elapsed_ms=(ctx.now() - t0) * 1000, error=error, path=path))
+        ctx.tell(self.coordinator, run_checkpoint(self.rank, msg, self.checkpoint))
 
     @handler
     def on_info(self, msg: SetGlobalStep | SetEpochCallbackRole | EpochAggregated | EvalBroadcast | CoordHeartbeat,

@@ -36,7 +36,6 @@ from typing import Any
 from actorwire.messages import (
     Batch,
     Checkpoint,
-    CheckpointResult,
     CoordHeartbeat,
     DeclareDead,
     Down,
@@ -44,7 +43,6 @@ from actorwire.messages import (
     EpochFnElapsed,
     EpochMetrics,
     EvalBroadcast,
-    EvalResult,
     ExecuteEval,
     Exiting,
     ExtendPartition,
@@ -73,6 +71,7 @@ from actorwire.messages import (
 from actorwire.transport import get_logger
 
 from ._comm import CommError, Communicator
+from ._rank_ops import run_checkpoint, run_eval, weighted_average
 
 _SESSION_WAIT_S = 60.0
 
@@ -465,31 +464,10 @@ class Worker:
             pass
 
     def _run_eval(self, msg: ExecuteEval) -> None:
-        t0 = time.monotonic()
-        if self.eval_fn is None:
-            metric, error = float("nan"), "no eval_fn given to Worker"
-        else:
-            try:
-                metric, error = float(self.eval_fn(msg.epoch)), None
-            except Exception as exc:
-                metric, error = float("nan"), f"{type(exc).__name__}: {exc}"
-        self.inbox.tell(self.coordinator, EvalResult(rank=self.rank, schedule_id=msg.schedule_id, epoch=msg.epoch,
-                                                     metric=metric, elapsed_ms=(time.monotonic() - t0) * 1000,
-                                                     error=error))
+        self.inbox.tell(self.coordinator, run_eval(self.rank, msg, self.eval_fn))
 
     def _run_checkpoint(self, msg: Checkpoint) -> None:
-        t0 = time.monotonic()
-        path, error = None, None
-        if self.checkpoint_fn is None:
-            error = "no checkpoint_fn given to Worker"
-        else:
-            try:
-                path = self.checkpoint_fn(msg.version)
-            except Exception as exc:
-                error = f"{type(exc).__name__}: {exc}"
-        self.inbox.tell(self.coordinator, CheckpointResult(rank=self.rank, version=msg.version,
-                                                           elapsed_ms=(time.monotonic() - t0) * 1000, error=error,
-                                                           path=path))
+        self.inbox.tell(self.coordinator, run_checkpoint(self.rank, msg, self.checkpoint_fn))
 
     def _sync(self, msg: SyncNow) -> None:
         """Work-weighted all-reduce: each rank weighs its parameters by its steps since the last sync."""
@@ -509,19 +487,7 @@ class Worker:
         self.inbox.tell(self.coordinator, SyncAck(rank=self.rank, step_count=self._steps))
 
     def _weighted_average(self) -> None:
-        import torch
-        from torch.nn.utils import parameters_to_vector, vector_to_parameters
-
-        with torch.no_grad():
-            params = list(self.model.parameters())
-            flat = parameters_to_vector(params)
-            # At least 1: a rank that synced just before a death still counts in the redo.
-            weight = float(max(1, self._steps_since_sync))
-            buf = torch.cat([flat * weight, torch.tensor([weight], dtype=flat.dtype)])
-            self.comm.all_reduce_sum(buf)  # type: ignore[union-attr]
-            total = float(buf[-1])
-            if total > 0:
-                vector_to_parameters(buf[:-1] / total, params)
+        weighted_average(self.comm, list(self.model.parameters()), self._steps_since_sync)  # type: ignore[arg-type]
 
     def _wait_for_session(self, deadline: float) -> bool:
         """Serve control until the process group is re-formed; False on timeout or shutdown."""
