@@ -107,6 +107,7 @@ from ._weights import (
     ReserveServeBuffer,
     ServeBufferReserved,
     SyncFailed,
+    HeldNames,
     WeightMsg,
 )
 
@@ -135,7 +136,7 @@ __all__ = [
     "EvalResult", "CheckpointResult", "NewNcclIdGenerated", "EpochFnElapsed", "ResourceSample",
     "JoinRequest", "SessionFailed", "MetricsMsg", "EpochMetrics", "ScalarSum", "ResourceUsage",
     # weights
-    "BeginSync", "PublishGroup", "FreeGroup", "GroupsFreed", "EndSync", "SyncFailed",
+    "BeginSync", "PublishGroup", "FreeGroup", "GroupsFreed", "EndSync", "SyncFailed", "HeldNames",
     "ReserveServeBuffer", "ServeBufferReserved", "PullRequest", "PullReply",
     # rendezvous
     "RendezvousHello", "RendezvousAssign", "RendezvousUid",

@@ -48,6 +48,8 @@ class Plane(str, enum.Enum):
     CUDA_IPC = "cuda_ipc"
     FRAMES = "frames"
     NCCL = "nccl"
+    #: Same process: ``handle`` is a key into this process's table of live tensors.
+    LOCAL = "local"
 
 
 class RendezvousRole(str, enum.Enum):

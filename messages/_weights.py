@@ -52,9 +52,14 @@ class GroupsFreed(Message, frozen=True, tag="groups_freed"):
 
 
 class EndSync(Message, frozen=True, tag="end_sync"):
-    """Close a sync once no group is in flight."""
+    """Trainer -> producer: close a sync once no group is in flight.
+
+    Consumer -> trainer: this consumer has every weight of the sync; ``digest``
+    (optional) is the SHA-256 of what it now holds, for bit-exact checks.
+    """
 
     sync_id: Count
+    digest: str | None = None
 
 
 class SyncFailed(Message, frozen=True, tag="sync_failed"):
@@ -62,6 +67,20 @@ class SyncFailed(Message, frozen=True, tag="sync_failed"):
 
     sync_id: Count
     reason: str
+
+
+class HeldNames(Message, frozen=True, tag="held_names"):
+    """Trainer rank -> every other rank at init: which weight names it holds.
+
+    ``digest`` is the hash of the full name list in metadata order (ranks that
+    disagree on the model are refused); ``held`` a bitmask over that list,
+    bit ``i`` of byte ``i // 8`` for name ``i``.
+    """
+
+    rank: Count
+    world_size: Count
+    digest: str
+    held: bytes
 
 
 class ReserveServeBuffer(Message, frozen=True, tag="reserve_serve_buffer"):
@@ -105,6 +124,7 @@ WeightMsg = Union[
     GroupsFreed,
     EndSync,
     SyncFailed,
+    HeldNames,
     ReserveServeBuffer,
     ServeBufferReserved,
     PullRequest,

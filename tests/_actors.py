@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import os
+import signal
 import time
 
 from actorwire import messages as m
 from actorwire.actors import Actor, Context, GpuWorker, handler
+from actorwire.actors._consumer import ModelConsumer
 
 
 class Echo(Actor):
@@ -210,3 +212,17 @@ class LinearWorker(GpuWorker):
 
         with torch.no_grad():
             return float(torch.nn.functional.mse_loss(self.model(self.x), self.y))
+
+
+class FaultyConsumer(ModelConsumer):
+    """A model consumer that kills (or stops) its own process on pull ``at_seq``: a death mid-sync."""
+
+    def __init__(self, consumer_id: int, plan: object, *, factory: str, at_seq: int, how: str = "kill") -> None:
+        super().__init__(consumer_id, plan, factory=factory)  # type: ignore[arg-type]
+        self.at_seq, self.how = at_seq, how
+
+    @handler
+    def on_reply(self, msg: m.PullReply, ctx: Context) -> None:
+        if msg.seq == self.at_seq:
+            os.kill(os.getpid(), signal.SIGKILL if self.how == "kill" else signal.SIGSTOP)
+        super().on_reply(msg, ctx)

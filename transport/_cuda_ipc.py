@@ -38,6 +38,14 @@ def expandable_segments_on() -> bool:
     return "expandable_segments:true" in conf.replace(" ", "").lower()
 
 
+def share_handle(storage: Any) -> tuple[int, bytes]:
+    """``(device index, handle bytes)`` of a CUDA storage, as ``TensorRef.handle`` carries it."""
+    share = storage._share_cuda_()
+    # (device, handle, size_bytes, offset_bytes, ref_counter_handle, ref_counter_offset,
+    #  event_handle, event_sync_required)
+    return share[0], msgspec.msgpack.encode([share[1], share[2], share[3], share[4], share[5], share[6], share[7]])
+
+
 class CudaIpcExporter:
     """Publishes GPU tensors by IPC handle and holds them until released."""
 
@@ -63,11 +71,7 @@ class CudaIpcExporter:
             storage = t.untyped_storage()
             entry = shared.get(storage.data_ptr())
             if entry is None:
-                share = storage._share_cuda_()
-                # (device, handle, size_bytes, offset_bytes, ref_counter_handle, ref_counter_offset,
-                #  event_handle, event_sync_required)
-                entry = (share[0], msgspec.msgpack.encode(
-                    [share[1], share[2], share[3], share[4], share[5], share[6], share[7]]))
+                entry = share_handle(storage)
                 shared[storage.data_ptr()] = entry
                 held.append(storage)
             device_index, handle = entry

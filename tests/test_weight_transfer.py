@@ -1,0 +1,109 @@
+"""Weight transfer between real processes on the shm plane: trainer ranks, consumers, deaths.
+
+Trainer ranks are launched scripts (tests/_weight_trainer.py) that attach to
+the test's system; consumers are ModelConsumer actors in their own processes.
+Every process is stopped by the test; the no_leaks fixture checks it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import sys
+import time
+from collections.abc import Iterator
+
+import msgspec
+import pytest
+
+from actorwire.actors import ActorSystem
+from actorwire.transport import RuntimeConfig
+
+from test_multiprocess import ENV, no_leaks  # noqa: F401  (the fixture)
+
+TESTS = str(pathlib.Path(__file__).parent)
+TRAINER = [sys.executable, os.path.join(TESTS, "_weight_trainer.py")]
+FACTORY = "_weight_trainer:tiny_model"
+
+
+@pytest.fixture
+def system() -> Iterator[ActorSystem]:
+    s = ActorSystem(config=RuntimeConfig(heartbeat_interval=0.5, staleness_timeout=30.0))
+    try:
+        yield s
+    finally:
+        s.shutdown()
+
+
+def _wait_file(path: pathlib.Path, timeout: float, procs: list) -> bytes:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if path.exists():
+            return path.read_bytes()
+        dead = [p.returncode for p in procs if p.returncode not in (None, 0)]
+        assert not dead, f"a trainer exited with {dead} before writing {path.name}"
+        time.sleep(0.05)
+    raise AssertionError(f"{path} did not appear within {timeout} s")
+
+
+def _lines(path: pathlib.Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def run(system: ActorSystem, tmp_path: pathlib.Path, *, world: int, consumers: int, args: list[str],
+        consumer_target: str = "actorwire.actors._consumer:ModelConsumer",
+        consumer_config: dict | None = None) -> tuple[list, list]:
+    trainers = [system.launch(TRAINER + [str(tmp_path), str(r), str(world), "--consumers", str(consumers), *args],
+                              rank=r, env=ENV) for r in range(world)]
+    children = []
+    try:
+        plan = msgspec.json.decode(_wait_file(tmp_path / "plan.json", 60, trainers))
+        for cid in range(consumers):
+            name = f"weights/consumer/{cid}"
+            config = {"consumer_id": cid, "plan": plan, "factory": FACTORY, **(consumer_config or {}).get(cid, {})}
+            target = consumer_target if (consumer_config or {}).get(cid) else "actorwire.actors._consumer:ModelConsumer"
+            children.append(system.spawn_process({name: target}, config={name: config}, env=ENV, timeout=60))
+        codes = [t.stop(timeout=90) for t in trainers]
+        assert codes == [0] * world, f"trainer exit codes {codes}"
+        return [_lines(tmp_path / f"rank{r}.jsonl") for r in range(world)], children
+    finally:
+        for t in trainers:
+            t.kill()
+            t.wait(10)
+        for ch in children:
+            ch.kill()
+            ch.wait(10)
+
+
+def test_two_ranks_move_a_model_bit_exact_to_three_consumers(system: ActorSystem, tmp_path: pathlib.Path) -> None:
+    reports, _ = run(system, tmp_path, world=2, consumers=3, args=["--syncs", "2"])
+    rank0, rank1 = reports
+    assert [line["sync"] for line in rank0] == [1, 2] and "error" not in rank0[-1] and "error" not in rank1[-1]
+    for line in rank0:
+        assert line["digests"] == {str(c): line["expected"] for c in range(3)}, "a consumer's copy differs"
+        assert line["done"] == [0, 1, 2]
+    for line in rank0 + rank1:
+        assert 1 <= line["max_resident"] <= 2  # lookahead 1: at most lookahead + 1 groups resident
+    assert rank0[0]["groups"] + rank1[0]["groups"] == 6 + 1  # the embedding group is published by both
+
+
+def test_lookahead_zero_keeps_exactly_one_group_resident(system: ActorSystem, tmp_path: pathlib.Path) -> None:
+    reports, _ = run(system, tmp_path, world=1, consumers=1, args=["--syncs", "1", "--lookahead", "0"])
+    (line,) = reports[0]
+    assert line["max_resident"] == 1 and line["groups"] == 6
+    assert line["digests"] == {"0": line["expected"]}
+
+
+def test_a_consumer_killed_mid_sync_fails_the_sync_on_every_rank(system: ActorSystem, tmp_path: pathlib.Path) -> None:
+    reports, _ = run(system, tmp_path, world=2, consumers=2, args=["--syncs", "1", "--stall", "20"],
+                     consumer_target="_actors:FaultyConsumer", consumer_config={1: {"at_seq": 2, "how": "kill"}})
+    for lines in reports:
+        assert "consumer 1" in lines[-1]["error"] and "went down" in lines[-1]["error"]
+
+
+def test_a_stopped_consumer_trips_the_stall_watchdog(system: ActorSystem, tmp_path: pathlib.Path) -> None:
+    reports, _ = run(system, tmp_path, world=1, consumers=2, args=["--syncs", "1", "--stall", "2"],
+                            consumer_target="_actors:FaultyConsumer", consumer_config={1: {"at_seq": 2, "how": "stop"}})
+    error = reports[0][-1]["error"]
+    assert "stalled" in error and "limit 2 s" in error and "1: [" in error  # names the consumer owing frees

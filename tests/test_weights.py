@@ -1,0 +1,400 @@
+"""Weight transfer: the static plan and both state machines, on a virtual clock."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from actorwire import messages as m
+from actorwire.actors._consumer import WeightConsumer
+from actorwire.actors._producer import WeightProducer
+from actorwire.actors._testkit import ActorHarness
+from actorwire.actors._weights import (
+    ModuleSource,
+    ParamMeta,
+    WeightPlan,
+    WeightSyncError,
+    bitmask,
+    build_plan,
+    layerwise_groups,
+    names_digest,
+    resolve_ownership,
+)
+from actorwire.transport import _local
+from actorwire.transport._serve import ServeRing, TensorImporter
+
+SENDER = "weights/sender/0"
+P0, P1 = "weights/producer/0", "weights/producer/1"
+
+
+def c(cid: int) -> str:
+    return f"weights/consumer/{cid}"
+
+
+# -- the static part --------------------------------------------------------------------------
+
+def test_layerwise_groups_cut_pre_layers_post() -> None:
+    names = ["embed.weight", "layers.0.w", "layers.0.b", "layers.1.w", "norm.weight", "head.weight"]
+    assert layerwise_groups(names) == [["embed.weight"], ["layers.0.w", "layers.0.b"], ["layers.1.w"],
+                                       ["norm.weight", "head.weight"]]
+
+
+def test_layerwise_groups_refuse_an_interleaved_layer() -> None:
+    with pytest.raises(ValueError, match="layer 0 is not contiguous"):
+        layerwise_groups(["layers.0.w", "layers.1.w", "layers.0.b"])
+    with pytest.raises(ValueError, match="unnumbered names"):
+        layerwise_groups(["embed", "layers.0.w", "norm", "layers.1.w"])
+
+
+def test_ownership_names_orphans_and_disagreeing_ranks() -> None:
+    names = ["a", "b", "c"]
+    d = names_digest(names)
+    assert resolve_ownership(names, [d, d], [bitmask(names, {"a", "b"}), bitmask(names, {"b", "c"})]) == \
+        [[0], [0, 1], [1]]
+    with pytest.raises(WeightSyncError, match="held by no trainer rank: c"):
+        resolve_ownership(names, [d, d], [bitmask(names, {"a"}), bitmask(names, {"b"})])
+    with pytest.raises(WeightSyncError, match="rank 1 has"):
+        resolve_ownership(names, [d, names_digest(["a", "b", "x"])], [bitmask(names, set(names))] * 2)
+
+
+def test_metadata_digest_sees_dtype_and_shape() -> None:
+    a = [ParamMeta(name="w", dtype="float32", shape=[2])]
+    b = [ParamMeta(name="w", dtype="float16", shape=[2])]
+    assert names_digest(["w"], a) != names_digest(["w"], b)
+
+
+def _plan(holders: list[list[int]] | None = None, slots: int = 2) -> WeightPlan:
+    meta = [ParamMeta(name=n, dtype="float32", shape=[4]) for n in
+            ["embed", "layers.0.w", "layers.0.b", "layers.1.w", "head"]]
+    holders = holders or [[0, 1], [0], [0], [1], [1]]
+    return build_plan(meta, holders, [P0, P1], slots=slots)
+
+
+def test_plan_chunks_spread_replicas_and_list_empty_groups() -> None:
+    plan = _plan()
+    assert plan.group_lens == [1, 2, 1, 1]
+    chunks0, empty0 = plan.chunks(0)
+    chunks1, _ = plan.chunks(1)
+    assert [(ch.group, ch.rank, ch.names) for ch in chunks0] == [
+        (0, 0, ["embed"]), (1, 0, ["layers.0.w", "layers.0.b"]), (2, 1, ["layers.1.w"]), (3, 1, ["head"])]
+    assert chunks1[0].rank == 1  # the replicated embedding comes from the other holder
+    assert empty0 == []
+    _, empty = plan.chunks(0, wanted={"layers.1.w"})
+    assert empty == [0, 1, 3]
+    assert plan.owners(0) == [0, 1] and plan.owned_groups(1) == [0, 2, 3]
+    assert plan.chunk_bytes(chunks0[1]) == 32
+
+
+def test_module_source_refuses_unknown_held_names() -> None:
+    with pytest.raises(ValueError, match="not in the model"):
+        ModuleSource(torch.nn.Linear(2, 2), held=["nope"])
+
+
+def test_begin_sync_has_no_default_live_set() -> None:
+    with pytest.raises(TypeError):
+        m.BeginSync(sync_id=1)  # type: ignore[call-arg]
+
+
+# -- the producer -----------------------------------------------------------------------------
+
+TENSORS = {n: torch.arange(4, dtype=torch.float32) + i for i, n in
+           enumerate(["embed", "layers.0.w", "layers.0.b", "layers.1.w", "head"])}
+
+
+def producer(rank: int = 0, stall: float = 300.0, **kw: object) -> ActorHarness:
+    plan = _plan(**kw)  # type: ignore[arg-type]
+    h = ActorHarness(WeightProducer(rank, plan, stall_timeout=stall), name=f"weights/producer/{rank}",
+                     peers=[SENDER, c(0), c(1), c(2)])
+    h.start()
+    for cid in (0, 1, 2):
+        h.deliver(m.ReserveServeBuffer(consumer_id=cid, nbytes=64, plan_digest=plan.digest), sender=c(cid))
+    h.take()
+    return h
+
+
+@pytest.fixture(autouse=True)
+def _close_rings():
+    harnesses: list[ActorHarness] = []
+    yield harnesses
+    for h in harnesses:
+        h.actor.on_stop(h.ctx)
+
+
+def publish(h: ActorHarness, group: int, sync: int = 1) -> list:
+    names = h.actor.plan.groups()[group]
+    _, refs = _local.put({n: TENSORS[n] for n in names if n in h.actor.served})
+    return h.deliver(m.PublishGroup(sync_id=sync, group_idx=group, tensors=refs), sender=SENDER)
+
+
+def begin(h: ActorHarness, live: list[int], sync: int = 1) -> list:
+    return h.deliver(m.BeginSync(sync_id=sync, live_consumer_ids=live), sender=SENDER)
+
+
+def free(h: ActorHarness, group: int, cid: int, sync: int = 1) -> list:
+    return h.deliver(m.FreeGroup(sync_id=sync, group_idx=group, consumer_id=cid), sender=c(cid))
+
+
+def test_reserve_refuses_another_plan() -> None:
+    h = producer()
+    out = h.deliver(m.ReserveServeBuffer(consumer_id=3, nbytes=64, plan_digest="0" * 16), sender=c(3))
+    assert isinstance(out[0].message, m.SyncFailed) and "rebuild the consumer" in out[0].message.reason
+    h.actor.on_stop(h.ctx)
+
+
+def test_pull_is_packed_into_slot_seq_mod_k_and_reads_back() -> None:
+    h = producer()
+    begin(h, [0, 1])
+    publish(h, 1)
+    out = h.deliver(m.PullRequest(sync_id=1, consumer_id=0, seq=3, names=["layers.0.w", "layers.0.b"]),
+                    sender=c(0))
+    reply = out[0].message
+    assert isinstance(reply, m.PullReply) and reply.seq == 3
+    assert reply.tensors["layers.0.b"].offset == 16  # packed 16-byte aligned in one slot
+    assert reply.tensors["layers.0.w"].handle.decode().endswith("-0-1")  # consumer 0, slot 3 % 2
+    imp = TensorImporter()
+    assert torch.equal(imp.open(reply.tensors["layers.0.b"]), TENSORS["layers.0.b"])
+    imp.drop()
+    h.actor.on_stop(h.ctx)
+
+
+def test_release_needs_every_live_consumer_and_counts_each_once() -> None:
+    h = producer()
+    begin(h, [0, 1])
+    publish(h, 1)
+    assert free(h, 1, 0) == []
+    assert free(h, 1, 0) == []  # a duplicate is not a second consumer
+    out = free(h, 1, 1)
+    assert [s.message for s in out] == [m.GroupsFreed(sync_id=1, groups=[1])]
+    assert out[0].target == SENDER
+    h.actor.on_stop(h.ctx)
+
+
+def test_frees_before_the_publish_release_it_at_once() -> None:
+    h = producer()
+    begin(h, [0])
+    free(h, 1, 0)
+    out = publish(h, 1)
+    assert [s.message for s in out] == [m.GroupsFreed(sync_id=1, groups=[1])]
+    h.actor.on_stop(h.ctx)
+
+
+def test_a_pull_waits_for_its_publish() -> None:
+    h = producer()
+    begin(h, [0])
+    assert h.deliver(m.PullRequest(sync_id=1, consumer_id=0, seq=0, names=["embed"]), sender=c(0)) == []
+    out = publish(h, 0)
+    assert isinstance(out[0].message, m.PullReply) and out[0].target == c(0)
+    h.actor.on_stop(h.ctx)
+
+
+def test_messages_before_begin_sync_are_kept_for_it() -> None:
+    h = producer()
+    h.deliver(m.PullRequest(sync_id=1, consumer_id=0, seq=0, names=["embed"]), sender=c(0))
+    h.deliver(m.FreeGroup(sync_id=1, group_idx=0, consumer_id=0), sender=c(0))
+    begin(h, [0])
+    out = publish(h, 0)
+    kinds = [type(s.message) for s in out]
+    assert kinds == [m.PullReply, m.GroupsFreed]
+    h.actor.on_stop(h.ctx)
+
+
+def test_a_misrouted_pull_fails_the_sync_naming_the_names() -> None:
+    h = producer()
+    begin(h, [0, 1])
+    out = h.deliver(m.PullRequest(sync_id=1, consumer_id=0, seq=0, names=["head"]), sender=c(0))
+    reasons = {s.target: s.message.reason for s in out}
+    assert set(reasons) == {SENDER, c(0), c(1)}
+    assert "['head']" in reasons[SENDER] and "misrouted" in reasons[SENDER]
+    h.actor.on_stop(h.ctx)
+
+
+def test_a_gather_error_wakes_every_waiter() -> None:
+    h = producer()
+    begin(h, [0, 1, 2])
+    out = h.deliver(m.SyncFailed(sync_id=1, reason="rank 0 gather loop: OOM"), sender=SENDER)
+    assert sorted(s.target for s in out) == sorted([SENDER, c(0), c(1), c(2)])
+    # Later pulls fail at once instead of waiting.
+    out = h.deliver(m.PullRequest(sync_id=1, consumer_id=0, seq=0, names=["embed"]), sender=c(0))
+    assert isinstance(out[0].message, m.SyncFailed)
+    h.actor.on_stop(h.ctx)
+
+
+def test_stale_frees_of_an_earlier_sync_are_ignored() -> None:
+    h = producer()
+    begin(h, [0])
+    publish(h, 0)
+    free(h, 0, 0)
+    h.deliver(m.EndSync(sync_id=1), sender=SENDER)
+    begin(h, [0], sync=2)
+    publish(h, 0, sync=2)
+    assert free(h, 0, 0, sync=1) == []
+    assert h.actor.frees == {}
+    h.actor.on_stop(h.ctx)
+
+
+def test_stall_watchdog_fails_the_sync_after_no_progress() -> None:
+    h = producer(stall=300.0)
+    begin(h, [0, 1])
+    publish(h, 0)
+    assert h.advance(200) == []
+    free(h, 0, 0)  # progress restarts the clock
+    assert h.advance(250) == []
+    out = h.advance(60)
+    failure = next(s.message for s in out if s.target == SENDER)
+    assert "stalled" in failure.reason and "300" in failure.reason and "1: [0" in failure.reason
+    h.actor.on_stop(h.ctx)
+
+
+def test_a_consumer_down_owing_frees_fails_the_sync_but_a_finished_one_does_not() -> None:
+    h = producer()
+    begin(h, [0, 1])
+    for g in h.actor.owned:
+        publish(h, g)
+        free(h, g, 1)
+    assert h.down(c(1)) == []
+    out = h.down(c(0))
+    assert "consumer 0" in next(s.message.reason for s in out if s.target == SENDER)
+    h.actor.on_stop(h.ctx)
+
+
+def test_end_sync_with_groups_in_flight_is_an_error() -> None:
+    h = producer()
+    begin(h, [0])
+    publish(h, 0)
+    out = h.deliver(m.EndSync(sync_id=1), sender=SENDER)
+    assert "still in flight" in out[0].message.reason
+    h.actor.on_stop(h.ctx)
+
+
+# -- the consumer -----------------------------------------------------------------------------
+
+def consumer(cid: int = 0, slots: int = 2, tensors: dict | None = None, **kw: object) -> ActorHarness:
+    plan = _plan(slots=slots)
+    h = ActorHarness(WeightConsumer(cid, plan, tensors=tensors, **kw), name=c(cid), peers=[SENDER, P0, P1])
+    return h
+
+
+def ready(h: ActorHarness) -> None:
+    out = h.start()
+    assert sorted(s.target for s in out) == [P0, P1]
+    assert all(s.message.plan_digest == h.actor.plan.digest for s in out)
+    h.deliver(m.ServeBufferReserved(consumer_id=h.actor.consumer_id, slots=2, slot_nbytes=64), sender=P0)
+    h.deliver(m.ServeBufferReserved(consumer_id=h.actor.consumer_id, slots=2, slot_nbytes=64), sender=P1)
+
+
+def pulls(out: list) -> list[tuple[str, int, list[str]]]:
+    return [(s.target, s.message.seq, s.message.names) for s in out if isinstance(s.message, m.PullRequest)]
+
+
+def test_consumer_waits_for_its_reservations_before_a_sync() -> None:
+    h = consumer()
+    h.start()
+    assert h.deliver(m.BeginSync(sync_id=1, live_consumer_ids=[0]), sender=SENDER) == []
+    h.deliver(m.ServeBufferReserved(consumer_id=0, slots=2, slot_nbytes=64), sender=P0)
+    out = h.deliver(m.ServeBufferReserved(consumer_id=0, slots=2, slot_nbytes=64), sender=P1)
+    assert pulls(out) == [(P0, 0, ["embed"]), (P0, 1, ["layers.0.w", "layers.0.b"])]
+
+
+def _serve(ring: ServeRing, h: ActorHarness, sent: tuple[str, int, list[str]], sync: int = 1) -> list:
+    _, seq, names = sent
+    refs = ring.pack(h.actor.consumer_id, seq, {n: TENSORS[n] for n in names})
+    return h.deliver(m.PullReply(sync_id=sync, consumer_id=h.actor.consumer_id, seq=seq, tensors=refs),
+                     sender=sent[0])
+
+
+def test_consumer_pulls_k_at_a_time_frees_every_owner_and_finishes() -> None:
+    dst = {n: torch.zeros(4) for n in TENSORS}
+    h = consumer(tensors=dst)
+    ready(h)
+    ring = ServeRing("shm")
+    ring.reserve(0, 2, 64)
+    try:
+        out = h.deliver(m.BeginSync(sync_id=1, live_consumer_ids=[0, 1]), sender=SENDER)
+        first = pulls(out)
+        assert len(first) == 2  # K = 2 in flight
+        out = _serve(ring, h, first[0])
+        # group 0 (embed) is owned by both ranks: both get its free
+        frees = [(s.target, s.message.group_idx) for s in out if isinstance(s.message, m.FreeGroup)]
+        assert frees == [(P0, 0), (P1, 0)]
+        assert pulls(out) == [(P1, 2, ["layers.1.w"])]
+        out = _serve(ring, h, first[1]) + _serve(ring, h, (P1, 2, ["layers.1.w"]))
+        last = pulls(out)
+        out += _serve(ring, h, last[0])
+        assert [s.message for s in out if s.target == SENDER] == [m.EndSync(sync_id=1)]
+        assert all(torch.equal(dst[n], TENSORS[n]) for n in TENSORS)
+    finally:
+        ring.close()
+        h.actor.on_stop(h.ctx)
+
+
+def test_a_slot_is_reused_only_after_pull_seq_minus_k_drained() -> None:
+    h = consumer()
+    ready(h)
+    ring = ServeRing("shm")
+    ring.reserve(0, 2, 64)
+    try:
+        first = pulls(h.deliver(m.BeginSync(sync_id=1, live_consumer_ids=[0]), sender=SENDER))
+        assert [p[1] for p in first] == [0, 1]
+        # pull 1 drains first: pull 2 would reuse slot 0, still held by pull 0 -> not issued yet
+        assert pulls(_serve(ring, h, first[1])) == []
+        assert [p[1] for p in pulls(_serve(ring, h, first[0]))] == [2, 3]
+    finally:
+        ring.close()
+        h.actor.on_stop(h.ctx)
+
+
+def test_consumer_frees_groups_it_does_not_want_at_begin() -> None:
+    h = consumer(wanted=["layers.1.w"])
+    ready(h)
+    out = h.deliver(m.BeginSync(sync_id=1, live_consumer_ids=[0]), sender=SENDER)
+    frees = sorted((s.target, s.message.group_idx) for s in out if isinstance(s.message, m.FreeGroup))
+    assert frees == [(P0, 0), (P0, 1), (P1, 0), (P1, 3)]
+    assert pulls(out) == [(P1, 0, ["layers.1.w"])]
+
+
+def test_a_consumer_outside_the_live_set_answers_at_once() -> None:
+    h = consumer(cid=2)
+    ready(h)
+    out = h.deliver(m.BeginSync(sync_id=1, live_consumer_ids=[0, 1]), sender=SENDER)
+    assert [s.message for s in out] == [m.EndSync(sync_id=1)]
+
+
+def test_a_producer_failure_reaches_every_producer_and_the_trainer() -> None:
+    h = consumer()
+    ready(h)
+    h.deliver(m.BeginSync(sync_id=1, live_consumer_ids=[0]), sender=SENDER)
+    out = h.deliver(m.SyncFailed(sync_id=1, reason="stalled"), sender=P0)
+    assert sorted(s.target for s in out) == sorted([SENDER, P0, P1])
+    assert all(s.message.reason == "stalled" for s in out)
+
+
+def test_a_producer_going_down_aborts_the_sync() -> None:
+    h = consumer()
+    ready(h)
+    h.deliver(m.BeginSync(sync_id=1, live_consumer_ids=[0]), sender=SENDER)
+    out = h.down(P1)
+    assert "weights/producer/1 went down" in next(s.message.reason for s in out if s.target == SENDER)
+
+
+def test_a_refused_reservation_fails_every_sync() -> None:
+    h = consumer()
+    h.start()
+    h.deliver(m.SyncFailed(sync_id=0, reason="built from another plan"), sender=P0)
+    out = h.deliver(m.BeginSync(sync_id=1, live_consumer_ids=[0]), sender=SENDER)
+    assert out[0].message == m.SyncFailed(sync_id=1, reason="built from another plan")
+
+
+def test_a_reply_with_the_wrong_shape_aborts_naming_the_tensor() -> None:
+    dst = {n: torch.zeros(4) for n in TENSORS}
+    dst["embed"] = torch.zeros(5)
+    h = consumer(tensors=dst)
+    ready(h)
+    ring = ServeRing("shm")
+    ring.reserve(0, 2, 64)
+    try:
+        first = pulls(h.deliver(m.BeginSync(sync_id=1, live_consumer_ids=[0]), sender=SENDER))
+        out = _serve(ring, h, first[0])
+        assert "embed" in next(s.message.reason for s in out if s.target == SENDER)
+    finally:
+        ring.close()
+        h.actor.on_stop(h.ctx)

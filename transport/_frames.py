@@ -1,0 +1,216 @@
+"""The frames plane: tensors fetched over a ZeroMQ socket, for peers without shared memory.
+
+The exporter packs a group into a CPU buffer (16-byte aligned, like the shm
+plane) and a small server thread answers fetches from its own ROUTER socket:
+``[key, offset, nbytes]`` in, one frame of the bytes out.  Above
+``ZERO_COPY_BYTES`` the reply is sent with ``copy=False`` (ZeroMQ reads the
+buffer in place) and the importer builds its view straight on the received
+frame, so a fetch costs the network copy and nothing else.
+
+The server's socket is the plane's, not the bus's: bulk bytes never queue
+behind control messages.  It serves only keys that are currently exported;
+anything else gets an error frame, never a hang.
+"""
+
+from __future__ import annotations
+
+import itertools
+import struct
+import threading
+import warnings
+from typing import Any
+
+import msgspec
+import zmq
+
+from actorwire.messages import Plane, TensorRef
+
+ZERO_COPY_BYTES = 64 * 1024
+_REQ = struct.Struct("<QQQ")  # key, offset, nbytes
+_OK, _ERR = b"\x00", b"\x01"
+
+
+def _aligned(n: int) -> int:
+    return (n + 15) // 16 * 16
+
+
+def pack_layout(tensors: dict[str, Any]) -> tuple[dict[str, int], int]:
+    """16-byte-aligned byte offsets of each tensor in a packed buffer, and the total size."""
+    layout, total = {}, 0
+    for name, t in tensors.items():
+        layout[name] = total
+        total = _aligned(total + t.numel() * t.element_size())
+    return layout, total
+
+
+def contiguous_strides(shape: list[int]) -> list[int]:
+    strides, step = [], 1
+    for dim in reversed(shape):
+        strides.append(step)
+        step *= max(dim, 1)
+    return strides[::-1]
+
+
+def copy_packed(base: Any, layout: dict[str, int], tensors: dict[str, Any]) -> None:
+    """Copy each tensor's bytes into ``base`` (a uint8 tensor) at its offset."""
+    import torch
+
+    for name, t in tensors.items():
+        nbytes = t.numel() * t.element_size()
+        if nbytes:
+            off = layout[name]
+            base[off:off + nbytes].copy_(t.contiguous().reshape(-1).view(torch.uint8))
+
+
+class FramesServer:
+    """Serves registered CPU buffers to remote importers from one thread."""
+
+    def __init__(self, endpoint: str = "tcp://127.0.0.1:0", *, context: zmq.Context | None = None) -> None:
+        self._ctx = context or zmq.Context.instance()
+        self._buffers: dict[int, Any] = {}
+        self._lock = threading.Lock()
+        self._sock = self._ctx.socket(zmq.ROUTER)
+        self._sock.setsockopt(zmq.LINGER, 0)
+        self._sock.bind(endpoint)
+        self.endpoint: str = self._sock.getsockopt_string(zmq.LAST_ENDPOINT)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._serve, name="actorwire-frames", daemon=True)
+        self._thread.start()
+
+    def register(self, key: int, buffer: Any) -> None:
+        with self._lock:
+            self._buffers[key] = buffer
+
+    def unregister(self, key: int) -> None:
+        with self._lock:
+            self._buffers.pop(key, None)
+
+    def _answer(self, request: bytes) -> list[Any]:
+        if len(request) != _REQ.size:
+            return [_ERR, b"malformed fetch request"]
+        key, offset, nbytes = _REQ.unpack(request)
+        with self._lock:
+            buffer = self._buffers.get(key)
+        if buffer is None:
+            return [_ERR, f"buffer {key} is not exported (released, or never was)".encode()]
+        if offset + nbytes > buffer.numel():
+            return [_ERR, f"fetch [{offset}, {offset + nbytes}) beyond buffer {key} of {buffer.numel()} bytes".encode()]
+        return [_OK, memoryview(buffer.numpy())[offset:offset + nbytes]]
+
+    def _serve(self) -> None:
+        poller = zmq.Poller()
+        poller.register(self._sock, zmq.POLLIN)
+        while not self._stop.is_set():
+            if not poller.poll(100):
+                continue
+            ident, *rest = self._sock.recv_multipart()
+            status, payload = self._answer(rest[-1] if rest else b"")
+            big = isinstance(payload, memoryview) and payload.nbytes >= ZERO_COPY_BYTES
+            self._sock.send_multipart([ident, status, payload], copy=not big)
+        self._sock.close(0)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+        with self._lock:
+            self._buffers.clear()
+
+
+class FramesExporter:
+    """Packs groups into CPU buffers and serves them until released."""
+
+    def __init__(self, endpoint: str = "tcp://127.0.0.1:0") -> None:
+        self.server = FramesServer(endpoint)
+        self._ids = itertools.count(1)
+
+    def export(self, tensors: dict[str, Any]) -> tuple[int, dict[str, TensorRef]]:
+        import torch
+
+        layout, total = pack_layout(tensors)
+        base = torch.empty(total, dtype=torch.uint8)
+        copy_packed(base, layout, tensors)
+        key = next(self._ids)
+        self.server.register(key, base)
+        return key, refs_into(Plane.FRAMES, handle_for(self.server.endpoint, key), layout, tensors, device="cpu")
+
+    def release(self, key: int) -> None:
+        self.server.unregister(key)
+
+    def close(self) -> None:
+        self.server.close()
+
+
+def handle_for(endpoint: str, key: int) -> bytes:
+    return msgspec.msgpack.encode([endpoint, key])
+
+
+def refs_into(plane: Plane, handle: bytes, layout: dict[str, int], tensors: dict[str, Any], *,
+              device: str, element_offsets: bool = False) -> dict[str, TensorRef]:
+    """Refs to tensors packed at ``layout`` (byte offsets) in one buffer.
+
+    ``element_offsets`` puts the offset in ``storage_offset`` (in elements, for
+    planes that rebuild a view on the whole buffer) instead of ``offset``.
+    """
+    refs = {}
+    for name, t in tensors.items():
+        shape = list(t.shape)
+        off = layout[name]
+        refs[name] = TensorRef(
+            dtype=str(t.dtype).removeprefix("torch."), shape=shape, stride=contiguous_strides(shape),
+            storage_offset=off // t.element_size() if element_offsets else 0, device=device, plane=plane,
+            handle=handle, offset=0 if element_offsets else off, nbytes=t.numel() * t.element_size())
+    return refs
+
+
+class FramesImporter:
+    """Fetches tensors from exporters' servers; one socket per endpoint, used from one thread."""
+
+    def __init__(self, *, timeout: float = 30.0, context: zmq.Context | None = None) -> None:
+        self._ctx = context or zmq.Context.instance()
+        self._timeout_ms = int(timeout * 1000)
+        self._socks: dict[str, zmq.Socket] = {}
+
+    def _socket(self, endpoint: str) -> zmq.Socket:
+        sock = self._socks.get(endpoint)
+        if sock is None:
+            sock = self._ctx.socket(zmq.REQ)
+            sock.setsockopt(zmq.LINGER, 0)
+            sock.setsockopt(zmq.RCVTIMEO, self._timeout_ms)
+            sock.setsockopt(zmq.REQ_RELAXED, 1)
+            sock.setsockopt(zmq.REQ_CORRELATE, 1)
+            sock.connect(endpoint)
+            self._socks[endpoint] = sock
+        return sock
+
+    def open(self, ref: TensorRef) -> Any:
+        import torch
+
+        if ref.plane is not Plane.FRAMES:
+            raise ValueError(f"not a frames tensor: plane {ref.plane.value}")
+        try:
+            endpoint, key = msgspec.msgpack.decode(ref.handle, type=tuple[str, int])
+        except msgspec.DecodeError as exc:
+            raise ValueError(f"malformed frames handle: {exc}") from None
+        dtype = getattr(torch, ref.dtype)
+        if not ref.nbytes:
+            return torch.empty(ref.shape, dtype=dtype)
+        sock = self._socket(endpoint)
+        sock.send(_REQ.pack(key, ref.offset, ref.nbytes))
+        try:
+            status, frame = sock.recv_multipart(copy=False)
+        except zmq.Again:
+            raise TimeoutError(f"no answer from the frames server at {endpoint} within "
+                               f"{self._timeout_ms / 1000:g} s") from None
+        if status.bytes != _OK:
+            raise LookupError(f"frames server {endpoint}: {frame.bytes.decode(errors='replace')}")
+        with warnings.catch_warnings():  # the frame is read-only; the view is only read
+            warnings.simplefilter("ignore", UserWarning)
+            flat = torch.frombuffer(frame.buffer, dtype=dtype)
+        return flat.as_strided(ref.shape, ref.stride, 0)
+
+    def drop(self) -> None:
+        for sock in self._socks.values():
+            sock.close(0)
+        self._socks.clear()
+
+    close = drop
