@@ -53,7 +53,7 @@ def _lines(path: pathlib.Path) -> list[dict]:
 
 def run(system: ActorSystem, tmp_path: pathlib.Path, *, world: int, consumers: int, args: list[str],
         consumer_target: str = "actorwire.actors._consumer:ModelConsumer",
-        consumer_config: dict | None = None) -> tuple[list, list]:
+        consumer_config: dict | None = None, device: str = "cpu") -> tuple[list, list]:
     trainers = [system.launch(TRAINER + [str(tmp_path), str(r), str(world), "--consumers", str(consumers), *args],
                               rank=r, env=ENV) for r in range(world)]
     children = []
@@ -62,6 +62,8 @@ def run(system: ActorSystem, tmp_path: pathlib.Path, *, world: int, consumers: i
         for cid in range(consumers):
             name = f"weights/consumer/{cid}"
             config = {"consumer_id": cid, "plan": plan, "factory": FACTORY, **(consumer_config or {}).get(cid, {})}
+            if device != "cpu":
+                config["device"] = device
             target = consumer_target if (consumer_config or {}).get(cid) else "actorwire.actors._consumer:ModelConsumer"
             children.append(system.spawn_process({name: target}, config={name: config}, env=ENV, timeout=60))
         codes = [t.stop(timeout=90) for t in trainers]
@@ -88,8 +90,11 @@ def test_two_ranks_move_a_model_bit_exact_to_three_consumers(system: ActorSystem
     assert rank0[0]["groups"] + rank1[0]["groups"] == 6 + 1  # the embedding group is published by both
 
 
-def test_lookahead_zero_keeps_exactly_one_group_resident(system: ActorSystem, tmp_path: pathlib.Path) -> None:
-    reports, _ = run(system, tmp_path, world=1, consumers=1, args=["--syncs", "1", "--lookahead", "0"])
+@pytest.mark.parametrize("plane", ["shm", "frames"])
+def test_lookahead_zero_keeps_exactly_one_group_resident(system: ActorSystem, tmp_path: pathlib.Path,
+                                                         plane: str) -> None:
+    reports, _ = run(system, tmp_path, world=1, consumers=1,
+                     args=["--syncs", "1", "--lookahead", "0", "--plane", plane])
     (line,) = reports[0]
     assert line["max_resident"] == 1 and line["groups"] == 6
     assert line["digests"] == {"0": line["expected"]}
@@ -107,3 +112,12 @@ def test_a_stopped_consumer_trips_the_stall_watchdog(system: ActorSystem, tmp_pa
                             consumer_target="_actors:FaultyConsumer", consumer_config={1: {"at_seq": 2, "how": "stop"}})
     error = reports[0][-1]["error"]
     assert "stalled" in error and "limit 2 s" in error and "1: [" in error  # names the consumer owing frees
+
+
+@pytest.mark.gpu
+def test_a_gpu_model_moves_bit_exact_over_cuda_ipc(system: ActorSystem, tmp_path: pathlib.Path) -> None:
+    reports, _ = run(system, tmp_path, world=1, consumers=2, device="cuda",
+                     args=["--syncs", "2", "--device", "cuda", "--plane", "cuda_ipc"])
+    for line in reports[0]:
+        assert "error" not in line, line.get("error")
+        assert line["digests"] == {"0": line["expected"], "1": line["expected"]}

@@ -103,10 +103,12 @@ class FramesServer:
         while not self._stop.is_set():
             if not poller.poll(100):
                 continue
-            ident, *rest = self._sock.recv_multipart()
-            status, payload = self._answer(rest[-1] if rest else b"")
+            frames = self._sock.recv_multipart()
+            # The routing envelope (identity, REQ's request id, the empty delimiter) goes back as it came.
+            cut = frames.index(b"") + 1 if b"" in frames else 1
+            status, payload = self._answer(frames[-1] if len(frames) > cut else b"")
             big = isinstance(payload, memoryview) and payload.nbytes >= ZERO_COPY_BYTES
-            self._sock.send_multipart([ident, status, payload], copy=not big)
+            self._sock.send_multipart([*frames[:cut], status, payload], copy=not big)
         self._sock.close(0)
 
     def close(self) -> None:

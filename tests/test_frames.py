@@ -1,0 +1,73 @@
+"""The frames plane: tensors fetched over a socket, and what happens when that goes wrong."""
+
+from __future__ import annotations
+
+import msgspec
+import pytest
+import torch
+
+from actorwire.messages import Plane, TensorRef
+from actorwire.transport._frames import FramesExporter, FramesImporter, handle_for
+
+
+@pytest.fixture
+def exporter():
+    ex = FramesExporter()
+    yield ex
+    ex.close()
+
+
+@pytest.fixture
+def importer():
+    imp = FramesImporter(timeout=2.0)
+    yield imp
+    imp.drop()
+
+
+def test_a_group_round_trips_bit_exact_and_aligned(exporter: FramesExporter, importer: FramesImporter) -> None:
+    tensors = {"a": torch.randn(3, 5), "b": torch.arange(7, dtype=torch.int16), "big": torch.randn(256, 256),
+               "empty": torch.empty(0, 4), "bf": torch.randn(9).to(torch.bfloat16)}
+    _, refs = exporter.export(tensors)
+    assert all(r.plane is Plane.FRAMES and r.offset % 16 == 0 for r in refs.values())
+    for name, t in tensors.items():
+        got = importer.open(refs[name])
+        assert got.dtype == t.dtype and got.shape == t.shape and torch.equal(got, t), name
+
+
+def test_a_non_contiguous_view_arrives_as_its_values(exporter: FramesExporter, importer: FramesImporter) -> None:
+    t = torch.arange(20.0).reshape(4, 5).t()
+    _, refs = exporter.export({"t": t})
+    assert torch.equal(importer.open(refs["t"]), t)
+
+
+def test_a_released_group_is_an_error_not_a_hang(exporter: FramesExporter, importer: FramesImporter) -> None:
+    key, refs = exporter.export({"x": torch.ones(4)})
+    exporter.release(key)
+    with pytest.raises(LookupError, match="not exported"):
+        importer.open(refs["x"])
+
+
+def test_a_fetch_beyond_the_buffer_is_refused(exporter: FramesExporter, importer: FramesImporter) -> None:
+    _, refs = exporter.export({"x": torch.ones(4)})
+    bad = msgspec.structs.replace(refs["x"], nbytes=1 << 20)
+    with pytest.raises(LookupError, match="beyond buffer"):
+        importer.open(bad)
+
+
+def test_no_server_times_out_with_the_endpoint_named() -> None:
+    imp = FramesImporter(timeout=0.3)
+    ref = TensorRef(dtype="float32", shape=[2], stride=[1], plane=Plane.FRAMES,
+                    handle=handle_for("tcp://127.0.0.1:9", 1), nbytes=8)
+    try:
+        with pytest.raises(TimeoutError, match="tcp://127.0.0.1:9"):
+            imp.open(ref)
+    finally:
+        imp.drop()
+
+
+def test_bad_handles_and_planes_are_refused(importer: FramesImporter) -> None:
+    ref = TensorRef(dtype="float32", shape=[2], stride=[1], plane=Plane.FRAMES, handle=b"\xc1", nbytes=8)
+    with pytest.raises(ValueError, match="malformed frames handle"):
+        importer.open(ref)
+    with pytest.raises(ValueError, match="not a frames tensor"):
+        importer.open(msgspec.structs.replace(ref, plane=Plane.SHM))
