@@ -36,11 +36,16 @@ from actorwire.messages import (
     ReserveServeBuffer,
     ServeBufferReserved,
     SyncFailed,
+    TimerFired,
 )
 
 from ._actor import Actor, handler
 from ._context import Context
 from ._weights import Chunk, WeightPlan, state_digest
+
+
+#: Seconds between attempts to reserve on producers that do not exist yet.
+RESERVE_RETRY = 0.2
 
 
 class WeightConsumer(Actor):
@@ -83,14 +88,32 @@ class WeightConsumer(Actor):
         from actorwire.transport._serve import TensorImporter
 
         self.importer = TensorImporter()
+        self.asked: set[int] = set()
+        self._reserve(ctx)
+
+    def _reserve(self, ctx: Context) -> None:
+        """Reserve a serve ring on every producer that exists; retry for the others (they may start later)."""
         need: dict[int, int] = {}
         for chunk in self.chunks:
             need[chunk.rank] = max(need.get(chunk.rank, 0), self.plan.chunk_bytes(chunk))
+        names = set(ctx.names())
         for rank in self.producer_ranks:
             producer = self.plan.producers[rank]
+            if rank in self.asked or producer not in names:
+                continue
+            self.asked.add(rank)
             ctx.watch(producer)
             ctx.tell(producer, ReserveServeBuffer(consumer_id=self.consumer_id, nbytes=need.get(rank, 16),
                                                   plan_digest=self.plan.digest))
+        if len(self.asked) < len(self.producer_ranks):
+            ctx.start_timer("reserve", RESERVE_RETRY)
+        else:
+            ctx.cancel_timer("reserve")
+
+    @handler
+    def on_tick(self, msg: TimerFired, ctx: Context) -> None:
+        if msg.key == "reserve":
+            self._reserve(ctx)
 
     def on_stop(self, ctx: Context) -> None:
         if self.importer is not None:

@@ -20,8 +20,24 @@ import time
 
 from actorwire import messages as m
 
+from ._consumer import ModelConsumer
 from ._coordinator import Coordinator
 from ._system import ActorSystem
+
+
+def _spawn_consumers(system: ActorSystem, workers: int) -> dict[int, ModelConsumer]:
+    """One weight consumer per worker rank, here; each builds the plan its rank's sender will build."""
+    from ._demo_train import make_model
+    from ._weights import ModuleSource, build_plan
+
+    meta = ModuleSource(make_model()).metadata()
+    consumers = {}
+    for rank in range(workers):
+        prefix = f"weights/r{rank}"
+        plan = build_plan(meta, [[0]] * len(meta), [f"{prefix}/producer/0"])
+        consumers[rank] = ModelConsumer(0, plan, factory="actorwire.actors._demo_train:make_model")
+        system.spawn(consumers[rank], f"{prefix}/consumer/0")
+    return consumers
 
 
 def run_demo(args: argparse.Namespace) -> int:
@@ -42,6 +58,7 @@ def run_demo(args: argparse.Namespace) -> int:
                                  metrics_sink="main", save_stem=f"{save_dir}/run", tick_interval=0.5,
                                  staleness_timeout=10.0), "coordinator")
         inbox.watch("coordinator")
+        consumers = _spawn_consumers(system, workers)
         env = {"DEMO_DATASET": str(dataset), "DEMO_SAVE_STEM": f"{save_dir}/run",
                "ACTORWIRE_WORLD_SIZE": str(workers)}
         children = {rank: system.launch([sys.executable, "-m", "actorwire.actors._demo_train"], rank=rank, env=env)
@@ -72,6 +89,8 @@ def run_demo(args: argparse.Namespace) -> int:
                 break
         codes = {rank: child.wait(30) for rank, child in children.items()}
     lost = [r for r, c in codes.items() if c != 0]
+    synced = ", ".join(f"rank {r}: {c.syncs_done}" for r, c in consumers.items())
+    print(f"weights synced to one consumer per rank after every epoch, each checked bit-exact ({synced})")
     print(f"done in {time.monotonic() - started:.1f} s; worker exit codes {codes}")
     print(f"lost rank(s): {lost}" if lost else "no rank lost")
     print(f"checkpoints under {save_dir}")

@@ -14,6 +14,13 @@ import time
 DIM = 16
 
 
+def make_model() -> object:
+    """The demo's model; the weight consumers build theirs with it too."""
+    import torch
+
+    return torch.nn.Linear(DIM, 1)
+
+
 def dataset(n: int) -> tuple[object, object]:
     """The same synthetic regression data on every rank (a fixed seed)."""
     import torch
@@ -29,6 +36,8 @@ def main() -> int:
     import torch
 
     from ._comm import GlooCommunicator
+    from ._sender import WeightSender
+    from ._weights import ModuleSource, WeightSyncError, state_digest
     from ._worker import Worker
 
     torch.set_num_threads(1)
@@ -38,7 +47,7 @@ def main() -> int:
     stem = os.environ.get("DEMO_SAVE_STEM", "")
     x, y = dataset(n)
     val_x, val_y = x[-256:], y[-256:]
-    model = torch.nn.Linear(DIM, 1)
+    model = make_model()
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
     loss_fn = torch.nn.MSELoss()
 
@@ -53,6 +62,10 @@ def main() -> int:
 
     with Worker(model=model, communicator=GlooCommunicator(timeout_s=8), eval_fn=evaluate,
                 checkpoint_fn=checkpoint if stem else None) as worker:
+        # After every epoch this rank's weights go to its consumer in the demo process, checked bit-exact.
+        launch_rank = int(os.environ.get("ACTORWIRE_RANK", "0"))
+        sender = WeightSender(worker.system, ModuleSource(model), consumer_ids=[0], prefix=f"weights/r{launch_rank}",
+                              stall_timeout=20.0)
         while (plan := worker.next_plan()) is not None:
             for idx in worker.batches(plan, batch_size):
                 t0 = time.perf_counter()
@@ -69,6 +82,13 @@ def main() -> int:
             if worker.shutting_down:
                 break
             worker.report_epoch(plan)
+            try:
+                report = sender.send_weights()
+            except WeightSyncError as exc:
+                print(f"rank {launch_rank}: weight sync failed: {exc}", file=sys.stderr)
+                continue  # the consumer is the demo's, not training's: keep training
+            if report.consumer_digests.get(0) != state_digest(model.state_dict()):
+                raise RuntimeError(f"rank {launch_rank}: the consumer's weights differ from the trainer's")
         reason = worker.drain_pending_shutdown()
         if reason is not None and stem:
             worker.write_bundle(stem, optimizer)

@@ -398,3 +398,14 @@ def test_a_reply_with_the_wrong_shape_aborts_naming_the_tensor() -> None:
     finally:
         ring.close()
         h.actor.on_stop(h.ctx)
+
+
+def test_consumer_reserves_on_producers_that_start_later() -> None:
+    h = ActorHarness(WeightConsumer(0, _plan()), name=c(0), peers=[SENDER, P0])
+    out = h.start()
+    assert [s.target for s in out] == [P0]
+    assert h.advance(1.0) == []  # retries quietly while producer 1 does not exist
+    h.add_peers(P1)
+    out = h.advance(0.2)
+    assert [(s.target, type(s.message)) for s in out] == [(P1, m.ReserveServeBuffer)]
+    assert "reserve" not in h.ctx.timers
