@@ -48,6 +48,10 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         from . import _bench_tensor
 
         results = _bench_tensor.run()
+    elif args.suite == "nccl":
+        from . import _bench_nccl
+
+        results = _bench_nccl.run()
     elif args.suite == "worker":
         from . import _bench_worker
 
@@ -96,7 +100,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_messages)
 
     p = sub.add_parser("bench", help="measure actorwire against its baseline in one run")
-    p.add_argument("suite", choices=["codec", "bus", "record", "worker", "tensor"], help="which suite to run")
+    p.add_argument("suite", choices=["codec", "bus", "record", "worker", "tensor", "nccl"], help="which suite to run")
     p.add_argument("--json", metavar="PATH", help="also write the results as JSON")
     p.add_argument("--kinds", metavar="K1,K2", help="codec: only these message kinds")
     p.add_argument("--messages", type=_positive, default=200_000, metavar="N",
@@ -115,6 +119,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--kill-rank", type=int, metavar="R", help="SIGKILL this worker during --at-epoch")
     p.add_argument("--at-epoch", type=int, default=1, metavar="E", help="epoch of the kill (default 1)")
     p.add_argument("--record", metavar="DIR", help="record every actor's messages into DIR")
+    p.add_argument("--backend", choices=["gloo", "nccl"], default="gloo",
+                   help="all-reduce backend: gloo on the CPU (default), or nccl with one GPU per worker")
     p.set_defaults(func=_cmd_demo)
     return parser
 

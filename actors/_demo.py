@@ -28,13 +28,12 @@ from ._system import ActorSystem
 def _spawn_consumers(system: ActorSystem, workers: int) -> dict[int, ModelConsumer]:
     """One weight consumer per worker rank, here; each builds the plan its rank's sender will build."""
     from ._demo_train import make_model
-    from ._weights import ModuleSource, build_plan
+    from ._weights import single_rank_plan
 
-    meta = ModuleSource(make_model()).metadata()
     consumers = {}
     for rank in range(workers):
         prefix = f"weights/r{rank}"
-        plan = build_plan(meta, [[0]] * len(meta), [f"{prefix}/producer/0"])
+        plan = single_rank_plan(make_model(), prefix)
         consumers[rank] = ModelConsumer(0, plan, factory="actorwire.actors._demo_train:make_model")
         system.spawn(consumers[rank], f"{prefix}/consumer/0")
     return consumers
@@ -48,6 +47,14 @@ def run_demo(args: argparse.Namespace) -> int:
     if args.at_epoch is not None and not 0 <= args.at_epoch < epochs:
         print(f"actorwire demo: --at-epoch must be between 0 and {epochs - 1}, got {args.at_epoch}")
         return 2
+    backend = getattr(args, "backend", "gloo")
+    if backend == "nccl":
+        import torch
+
+        gpus = torch.cuda.device_count() if torch.cuda.is_available() else 0
+        if gpus < workers:
+            print(f"actorwire demo: --backend nccl needs a GPU per worker ({workers}); {gpus} visible")
+            return 2
     started = time.monotonic()
     save_dir = tempfile.mkdtemp(prefix="actorwire-demo-")
     dataset = 3072
@@ -60,11 +67,11 @@ def run_demo(args: argparse.Namespace) -> int:
         inbox.watch("coordinator")
         consumers = _spawn_consumers(system, workers)
         env = {"DEMO_DATASET": str(dataset), "DEMO_SAVE_STEM": f"{save_dir}/run",
-               "ACTORWIRE_WORLD_SIZE": str(workers)}
+               "ACTORWIRE_WORLD_SIZE": str(workers), "DEMO_BACKEND": backend}
         children = {rank: system.launch([sys.executable, "-m", "actorwire.actors._demo_train"], rank=rank, env=env)
                     for rank in range(workers)}
         print(f"run {system.run_id}: coordinator here, {workers} workers "
-              f"(pids {', '.join(str(c.pid) for c in children.values())}), {epochs} epochs, gloo all-reduce")
+              f"(pids {', '.join(str(c.pid) for c in children.values())}), {epochs} epochs, {backend} all-reduce")
         print(f"{'epoch':>5}  {'loss':>8}  {'mse':>8}  {'ms':>7}  samples per rank")
         kill_at = args.at_epoch if args.kill_rank is not None else None
         killed = None

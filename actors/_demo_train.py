@@ -10,6 +10,7 @@ from __future__ import annotations
 import os
 import sys
 import time
+from typing import Any
 
 DIM = 16
 
@@ -60,7 +61,16 @@ def main() -> int:
         torch.save(model.state_dict(), path)
         return path
 
-    with Worker(model=model, communicator=GlooCommunicator(timeout_s=8), eval_fn=evaluate,
+    communicator: Any = GlooCommunicator(timeout_s=8)
+    if os.environ.get("DEMO_BACKEND") == "nccl":  # one GPU per worker, by launch rank
+        from ._nccl import NcclCommunicator
+
+        device = torch.device("cuda", int(os.environ.get("ACTORWIRE_RANK", "0")) % torch.cuda.device_count())
+        torch.cuda.set_device(device)
+        model.to(device)
+        x, y, val_x, val_y = x.to(device), y.to(device), val_x.to(device), val_y.to(device)
+        communicator = NcclCommunicator(device, timeout_s=8)
+    with Worker(model=model, communicator=communicator, eval_fn=evaluate,
                 checkpoint_fn=checkpoint if stem else None) as worker:
         # After every epoch this rank's weights go to its consumer in the demo process, checked bit-exact.
         launch_rank = int(os.environ.get("ACTORWIRE_RANK", "0"))

@@ -23,7 +23,7 @@ def weighted_average(comm: Communicator, params: list[Any], steps: int) -> None:
     with torch.no_grad():
         flat = parameters_to_vector(params)
         weight = float(max(1, steps))
-        buf = torch.cat([flat * weight, torch.tensor([weight], dtype=flat.dtype)])
+        buf = torch.cat([flat * weight, torch.tensor([weight], dtype=flat.dtype, device=flat.device)])
         comm.all_reduce_sum(buf)
         total = float(buf[-1])
         if total > 0:

@@ -267,3 +267,9 @@ def build_plan(meta: list[ParamMeta], holders: list[list[int]], producers: list[
     groups = layerwise_groups([p.name for p in meta])
     return WeightPlan(meta=meta, group_lens=[len(g) for g in groups], holders=holders, producers=producers,
                       slots=slots)
+
+
+def single_rank_plan(module: Any, prefix: str, *, slots: int = 2) -> WeightPlan:
+    """The plan a one-rank :class:`~._sender.WeightSender` over ``module`` builds, for consumers made elsewhere."""
+    meta = ModuleSource(module).metadata()
+    return build_plan(meta, [[0]] * len(meta), [f"{prefix}/producer/0"], slots=slots)

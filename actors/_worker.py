@@ -133,6 +133,7 @@ class Worker:
         self.checkpoint_fn = checkpoint_fn
         self.epoch_fn = epoch_fn
         self.coordinator_timeout = coordinator_timeout
+        self._snapshot: Any = None
         self.death_dir = death_dir or env.get("ACTORWIRE_DEATH_DIR") or tempfile.gettempdir()
         self.log = get_logger(role="worker", rank=self.rank)
         self.name = f"worker/{self.rank}"
@@ -326,6 +327,39 @@ class Worker:
         if not params:
             return 0.0
         return float(torch.linalg.vector_norm(torch.stack(torch._foreach_norm(params))))
+
+    def abort_nccl(self) -> None:
+        """Abort the communicator: a collective stuck on a dead peer returns (with an error) at once.
+
+        Call it before :meth:`send_final_snapshot` when leaving on a shutdown:
+        a pending all-reduce would otherwise hold the device copies behind it.
+        """
+        if self.comm is not None:
+            self.comm.abort()
+
+    def send_final_snapshot(self, *, prefix: str = "snapshot", timeout: float = 60.0) -> Any:
+        """Send the model's exact weights through a tensor plane to ``{prefix}/r{rank}/consumer/0``.
+
+        That consumer is a :class:`~._consumer.ModelConsumer` (or any
+        :class:`~._consumer.WeightConsumer`) built with
+        ``single_rank_plan(model, f"{prefix}/r{rank}")``, wherever the
+        launcher wants the trained weights.  Returns the sync report; its
+        ``consumer_digests[0]`` is the digest of what the consumer now holds.
+        """
+        from ._sender import WeightSender
+        from ._weights import ModuleSource
+
+        if self.model is None:
+            raise WorkerError("send_final_snapshot() needs the model given to Worker(model=...)")
+        name = f"{prefix}/r{self.rank}/consumer/0"
+        try:
+            self.system.wait_for(name, timeout)
+        except TimeoutError:
+            raise WorkerError(f"no snapshot consumer named {name!r} within {timeout:g} s") from None
+        if self._snapshot is None:
+            self._snapshot = WeightSender(self.system, ModuleSource(self.model), consumer_ids=[0],
+                                          prefix=f"{prefix}/r{self.rank}", stall_timeout=timeout)
+        return self._snapshot.send_weights()
 
     def write_bundle(self, stem: str, optimizer: Any = None) -> list[str]:
         """Save for ``ShutdownWithSave``: the primary rank writes the model, every rank its optimizer."""

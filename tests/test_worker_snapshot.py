@@ -1,0 +1,46 @@
+"""The embedded Worker's final snapshot and NCCL abort, in one process with a real coordinator."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from actorwire.actors import ActorSystem, Coordinator, Worker, WorkerError
+from actorwire.actors._consumer import WeightConsumer
+from actorwire.actors._weights import single_rank_plan, state_digest
+
+
+def model() -> torch.nn.Module:
+    return torch.nn.Sequential(torch.nn.Linear(4, 8), torch.nn.Linear(8, 1))
+
+
+def train(worker: Worker, net: torch.nn.Module) -> None:
+    opt = torch.optim.SGD(net.parameters(), lr=0.1)
+    while (plan := worker.next_plan(timeout=30)) is not None:
+        for _ in worker.batches(plan, 16):
+            loss = net(torch.randn(16, 4)).pow(2).mean()
+            opt.zero_grad()
+            loss.backward()
+            opt.step()
+            worker.report_timing(batch_ms=1.0, batch_loss=loss.item())
+        worker.report_epoch(plan)
+
+
+@pytest.mark.timeout(60)
+def test_the_final_snapshot_reaches_its_consumer_bit_exact() -> None:
+    net, replica = model(), model()
+    with ActorSystem() as system:
+        system.spawn(Coordinator(world_size=1, run_id=system.run_id, num_epochs=1, dataset_size=64, batch_size=16),
+                     "coordinator")
+        system.spawn(WeightConsumer(0, single_rank_plan(net, "snapshot/r0"), tensors=dict(replica.state_dict())),
+                     "snapshot/r0/consumer/0")
+        worker = Worker(system=system, rank=0, world_size=1, model=net)
+        train(worker, net)
+        assert state_digest(replica.state_dict()) != state_digest(net.state_dict())
+        report = worker.send_final_snapshot()
+        assert state_digest(replica.state_dict()) == state_digest(net.state_dict())
+        assert report.consumers_done == [0]
+        with pytest.raises(WorkerError, match="no snapshot consumer named 'elsewhere/r0/consumer/0'"):
+            worker.send_final_snapshot(prefix="elsewhere", timeout=0.2)
+        worker.abort_nccl()  # no communicator here: a no-op, never an error
+        worker.finish()
