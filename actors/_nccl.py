@@ -196,7 +196,7 @@ class CtypesNccl:
         code = self.lib.ncclGetUniqueId(ctypes.byref(uid))
         if code != SUCCESS:
             raise CommError(f"ncclGetUniqueId failed: {self.describe(code, None)}")
-        return bytes(uid.internal)
+        return ctypes.string_at(ctypes.addressof(uid), 128)  # .internal would stop at the first NUL byte
 
     def init_rank(self, world: int, uid: bytes, rank: int, device: Any) -> tuple[int, Any]:
         import torch
