@@ -205,8 +205,7 @@ class CtypesNccl:
         comm = ctypes.c_void_p()
         config = _Config(size=ctypes.sizeof(_Config), magic=0xCAFEBEEF, version=21700, blocking=0,
                          cgaClusterSize=_UNDEF_INT, minCTAs=_UNDEF_INT, maxCTAs=_UNDEF_INT, netName=None)
-        raw = _UniqueId()
-        ctypes.memmove(raw.internal, uid, 128)
+        raw = _UniqueId.from_buffer_copy(uid)  # (memmove into .internal would write into a copy)
         code = self.lib.ncclCommInitRankConfig(ctypes.byref(comm), world, raw, rank, ctypes.byref(config))
         return code, comm
 
@@ -398,13 +397,22 @@ class NcclCommunicator:
 
     # -- health -----------------------------------------------------------------------------
 
+    def _async_error(self) -> str | None:
+        """The async error's description, or None; under the lock, so an abort cannot free the comm meanwhile."""
+        with self._lock:
+            comm = self._comm
+            if comm is None or self._unhealthy is not None:
+                return None
+            state = self.backend.status(comm)
+            if state in (SUCCESS, IN_PROGRESS):
+                return None
+            return self.backend.describe(state, comm)
+
     def check(self) -> None:
         """Read the async error now; poison on an error.  Raises if unhealthy."""
-        comm = self._comm
-        if comm is not None and self._unhealthy is None:
-            state = self.backend.status(comm)
-            if state not in (SUCCESS, IN_PROGRESS):
-                self._poison(f"async error: {self.backend.describe(state, comm)}")
+        error = self._async_error()
+        if error is not None:
+            self._poison(f"async error: {error}")
         if self._unhealthy is not None:
             raise CommUnhealthy(f"NCCL communicator rank {self._rank}/{self._world} is unhealthy "
                                 f"({self._unhealthy}); stop all ranks or re-form the group before retrying")
@@ -418,26 +426,23 @@ class NcclCommunicator:
 
     def _watch(self) -> None:
         while not self._stop.wait(self._watchdog_interval):
-            with self._lock:
-                comm, poisoned = self._comm, self._unhealthy is not None
-            if comm is None or poisoned:
-                continue
             try:
-                state = self.backend.status(comm)
+                error = self._async_error()
             except Exception as exc:  # the query itself failing is an error too
                 self._poison(f"async error query failed: {exc}")
                 continue
-            if state not in (SUCCESS, IN_PROGRESS):
-                self._poison(f"async error (watchdog): {self.backend.describe(state, comm)}")
+            if error is not None:
+                self._poison(f"async error (watchdog): {error}")
 
     def abort(self) -> None:
         """Abort the communicator (unblocks a stuck operation); later calls raise until ``init``."""
-        with self._lock:
+        with self._lock:  # held through the abort: no status query may run on a freed communicator
             comm, self._comm = self._comm, None
             if self._unhealthy is None:
                 self._unhealthy = "aborted"
+            if comm is not None:
+                self.backend.abort(comm)
         if comm is not None:
-            self.backend.abort(comm)
             self.log.warning("nccl.aborted", rank=self._rank, world=self._world)
 
     def close(self) -> None:
