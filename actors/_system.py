@@ -26,6 +26,7 @@ from actorwire.messages import (
     Message,
     TimerFired,
 )
+from actorwire.transport._security import Security
 from actorwire.transport import (
     ActorDead,
     BlockingReply,
@@ -367,6 +368,7 @@ class ActorSystem:
         node_id: str | None = None,
         proctitle: bool = False,
         record: str | RecordSettings | None = None,
+        security: Security | None = None,
     ) -> None:
         if join is not None and run_id is None:
             raise ValueError("joining a system needs its run_id")
@@ -383,7 +385,7 @@ class ActorSystem:
         self._record = RecordSettings(record) if isinstance(record, str) else record or RecordSettings.from_env()
         self.log = get_logger(run_id=self.run_id, rank=rank)
         self._node = Node(run_id=self.run_id, root_endpoint=join, bind_tcp=bind, config=self.config,
-                          on_down=self._on_down, node_id=node_id, takeover=takeover)
+                          on_down=self._on_down, node_id=node_id, takeover=takeover, security=security)
         self._timers = Timers()
         self._children: list[ChildProcess] = []
         self._proctitle = proctitle

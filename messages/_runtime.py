@@ -21,6 +21,8 @@ class NodeInfo(Record, frozen=True):
     endpoints: list[str]
     host: str = ""
     pid: Count = 0
+    #: z85 CURVE public key of its tcp endpoint (None: no tcp, or plain loopback tcp).
+    curve_key: str | None = None
 
 
 class Hello(Message, frozen=True, tag="hello"):

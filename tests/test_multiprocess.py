@@ -78,8 +78,12 @@ def attached(system: ActorSystem, actors: dict[str, str], *, takeover: bool = Fa
 
 
 @pytest.mark.parametrize("transport", ["ipc", "tcp"])
-def test_fifo_of_100k_messages_none_lost(transport: str, monkeypatch: pytest.MonkeyPatch) -> None:
-    if transport == "tcp":
+def test_fifo_of_100k_messages_none_lost(transport: str, monkeypatch: pytest.MonkeyPatch, tmp_path: pathlib.Path) -> None:
+    if transport == "tcp":  # over CURVE, as tcp always is by default
+        from actorwire.transport._security import keygen
+
+        keygen(tmp_path)
+        monkeypatch.setenv("ACTORWIRE_KEYS", str(tmp_path))
         monkeypatch.setenv("ACTORWIRE_PREFER_TCP", "1")
     bind = "tcp://127.0.0.1:0" if transport == "tcp" else None
     with ActorSystem(config=FAST, bind=bind) as system:

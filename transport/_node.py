@@ -78,6 +78,7 @@ from actorwire.messages import (
 
 from ._config import RuntimeConfig
 from ._endpoints import ipc_endpoint, is_tcp, new_node_id, pick_endpoint, tcp_host
+from ._security import ZAP_ENDPOINT, Security
 from ._errors import (
     ActorDead,
     AskTimeout,
@@ -196,6 +197,7 @@ class Node:
         on_down: DownCallback | None = None,
         node_id: str | None = None,
         takeover: bool = False,
+        security: Security | None = None,
     ) -> None:
         self.run_id = run_id
         self.config = config or RuntimeConfig()
@@ -207,23 +209,45 @@ class Node:
         self._codec = Codec(max_message_size=self.config.max_message_size)
         self._log = get_logger(node=self.node_id, run_id=run_id)
 
-        self._ctx = zmq.Context()
-        self._router = self._ctx.socket(zmq.ROUTER)
-        for opt, val in ((zmq.LINGER, 0), (zmq.SNDHWM, 0), (zmq.RCVHWM, 0), (zmq.ROUTER_MANDATORY, 1)):
-            self._router.setsockopt(opt, val)
-        endpoints = [ipc_endpoint(run_id, self.node_id)]
-        self._ipc_path = endpoints[0][len("ipc://"):]
-        self._router.bind(endpoints[0])
+        self._security = security if security is not None else Security()
+        if root_endpoint is not None and is_tcp(root_endpoint):
+            self._security.check_tcp(tcp_host(root_endpoint), f"the root endpoint {root_endpoint}")
         if bind_tcp is None and root_endpoint is not None and is_tcp(root_endpoint):
             bind_tcp = f"tcp://{_local_address_towards(tcp_host(root_endpoint))}:0"
         if bind_tcp is not None:
+            self._security.check_tcp(tcp_host(bind_tcp), f"the bind address {bind_tcp}")
+
+        self._ctx = zmq.Context()
+        self._router = self._new_router()
+        endpoints = [ipc_endpoint(run_id, self.node_id)]
+        self._ipc_path = endpoints[0][len("ipc://"):]
+        self._router.bind(endpoints[0])
+        # tcp gets a ROUTER of its own: CURVE is per socket, and ipc needs none.
+        self._tcp_router: zmq.Socket | None = None
+        self._zap: zmq.Socket | None = None
+        self._monitor: zmq.Socket | None = None
+        if bind_tcp is not None:
+            if self._security.curve:
+                self._zap = self._ctx.socket(zmq.REP)
+                self._zap.setsockopt(zmq.LINGER, 0)
+                self._zap.bind(ZAP_ENDPOINT)
+            self._tcp_router = self._new_router()
+            self._security.serve(self._tcp_router)
             try:
-                self._router.bind(bind_tcp)
+                self._tcp_router.bind(bind_tcp)
             except zmq.ZMQError as exc:
-                self._router.close()
+                self._close_sockets()
                 raise OSError(f"cannot bind {bind_tcp}: {exc}") from None
-            endpoints.append(self._router.getsockopt_string(zmq.LAST_ENDPOINT))
-        self.info = NodeInfo(node_id=self.node_id, endpoints=endpoints, host=self.host, pid=os.getpid())
+            endpoints.append(self._tcp_router.getsockopt_string(zmq.LAST_ENDPOINT))
+            if self._security.curve:
+                self._monitor = self._tcp_router.get_monitor_socket(
+                    zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
+                    | zmq.EVENT_HANDSHAKE_FAILED_AUTH)
+        #: The router a peer's connection arrived on (replies go back the same way).
+        self._router_of: dict[str, zmq.Socket] = {}
+        public = self._security.public.decode() if self._security.curve and self._security.public else None
+        self.info = NodeInfo(node_id=self.node_id, endpoints=endpoints, host=self.host, pid=os.getpid(),
+                             curve_key=public if bind_tcp is not None else None)
         self.root_endpoint = root_endpoint or next((e for e in endpoints if is_tcp(e)), endpoints[0])
 
         # Routing state.  Written by the I/O thread; read by sending threads
@@ -281,9 +305,28 @@ class Node:
             try:
                 self._connect_root()
             except zmq.ZMQError as exc:
-                self._router.close(linger=0)
-                self._ctx.term()
+                self._close_sockets()
                 raise ValueError(f"cannot connect to the root at {root_endpoint!r}: {exc}") from None
+
+    def _new_router(self) -> zmq.Socket:
+        sock = self._ctx.socket(zmq.ROUTER)
+        for opt, val in ((zmq.LINGER, 0), (zmq.SNDHWM, 0), (zmq.RCVHWM, 0), (zmq.ROUTER_MANDATORY, 1)):
+            sock.setsockopt(opt, val)
+        return sock
+
+    def _close_sockets(self) -> None:
+        for link in getattr(self, "_links", {}).values():
+            link.socket.close(linger=0)
+        if getattr(self, "_tcp_router", None) is not None and self._monitor is not None:
+            try:
+                self._tcp_router.disable_monitor()  # type: ignore[union-attr]
+            except zmq.ZMQError:
+                pass
+        for sock in (self._router, getattr(self, "_tcp_router", None), getattr(self, "_zap", None),
+                     getattr(self, "_monitor", None)):
+            if sock is not None:
+                sock.close(linger=0)
+        self._ctx.term()
 
     # ------------------------------------------------------------------
     # Lifecycle (any thread)
@@ -297,7 +340,8 @@ class Node:
             return
         if not self._joined.wait(self.config.scaled(timeout)):
             self.close()
-            raise TimeoutError(f"no answer from the root at {self.root_endpoint} within {timeout:g} s")
+            raise TimeoutError(f"no answer from the root at {self.root_endpoint} within "
+                               f"{self.config.scaled(timeout):g} s")
         if self._join_error is not None:
             self.close()
             raise self._join_error
@@ -321,10 +365,7 @@ class Node:
             self._thread.join(timeout=self.config.scaled(timeout))
         self._closed = True
         self._fail_all_asks(SystemClosed("the actor system was shut down"))
-        for link in self._links.values():
-            link.socket.close(linger=0)
-        self._router.close(linger=0)
-        self._ctx.term()
+        self._close_sockets()
         for fd in {self._wake_r, self._wake_w}:
             os.close(fd)
         try:
@@ -609,6 +650,9 @@ class Node:
         log = self._log
         poller = zmq.Poller()
         poller.register(self._router, zmq.POLLIN)
+        for extra in (self._tcp_router, self._zap, self._monitor):
+            if extra is not None:
+                poller.register(extra, zmq.POLLIN)
         poller.register(self._wake_r, zmq.POLLIN)
         if not self.is_root:
             poller.register(self._links["@root"].socket, zmq.POLLIN)
@@ -643,8 +687,12 @@ class Node:
                 for sock, _ in events:
                     if sock == self._wake_r:
                         _drain_pipe(self._wake_r)
-                    elif sock is self._router:
-                        self._recv_router()
+                    elif sock is self._router or sock is self._tcp_router:
+                        self._recv_router(sock)
+                    elif sock is self._zap:
+                        self._serve_zap()
+                    elif sock is self._monitor:
+                        self._on_monitor()
                     else:
                         self._recv_link(sock)
         except Exception:
@@ -694,11 +742,17 @@ class Node:
             # The node left while the batch waited; the pairs' unacked copies
             # are failed by the removal, so nothing is lost without a report.
             return
-        link.socket.send(self._codec.join_records(records))  # copy=False costs pyzmq a GC thread hand-off
+        try:  # copy=False would cost pyzmq a GC thread hand-off
+            link.socket.send(self._codec.join_records(records), zmq.DONTWAIT)
+        except zmq.Again:
+            # No connection right now (a handshake failed or is being redone): the I/O thread
+            # must never block.  The pairs keep these records unacknowledged and retransmit them.
+            self._log.debug("no connection to the peer; records wait for retransmission", peer=node_id,
+                            count=len(records))
 
     def _send_router(self, node_id: str, frames: list[bytes]) -> None:
         try:
-            self._router.send_multipart([node_id.encode(), *frames])
+            self._router_of.get(node_id, self._router).send_multipart([node_id.encode(), *frames])
         except zmq.ZMQError as exc:
             if exc.errno != zmq.EHOSTUNREACH:
                 raise
@@ -721,6 +775,8 @@ class Node:
         for opt, val in ((zmq.LINGER, 0), (zmq.SNDHWM, 0), (zmq.RCVHWM, 0)):
             sock.setsockopt(opt, val)
         sock.setsockopt(zmq.IDENTITY, self.node_id.encode())
+        if is_tcp(endpoint):
+            self._security.client(sock, info.curve_key, node_id)
         sock.connect(endpoint)
         link = _Link(node_id, sock, endpoint)
         self._links[node_id] = link
@@ -734,6 +790,8 @@ class Node:
         for opt, val in ((zmq.LINGER, 0), (zmq.SNDHWM, 0), (zmq.RCVHWM, 0)):
             sock.setsockopt(opt, val)
         sock.setsockopt(zmq.IDENTITY, self.node_id.encode())
+        if is_tcp(self.root_endpoint):
+            self._security.client(sock, self._security.root_key, "the root")
         try:
             sock.connect(self.root_endpoint)
         except zmq.ZMQError:
@@ -751,7 +809,11 @@ class Node:
         if self.is_root:
             return
         envelope = Envelope(sender=self.node_id, target=NODE, seq=0, correlation_id=correlation_id)
-        self._links["@root"].socket.send(self._codec.join_records([self._codec.encode_record(envelope, message)]))
+        try:
+            self._links["@root"].socket.send(
+                self._codec.join_records([self._codec.encode_record(envelope, message)]), zmq.DONTWAIT)
+        except zmq.Again:  # not connected (yet, or refused): node messages are periodic or re-asked
+            self._log.debug("no connection to the root; node message dropped", kind=type(message).wire_tag())
 
     def _run_command(self, cmd: tuple[Any, ...]) -> None:
         op = cmd[0]
@@ -782,14 +844,37 @@ class Node:
 
     # -- inbound --------------------------------------------------------
 
-    def _recv_router(self) -> None:
-        sock = self._router
+    def _recv_router(self, sock: zmq.Socket) -> None:
         for _ in range(256):
             try:
                 frames = sock.recv_multipart(_NOBLOCK)
             except zmq.Again:
                 return
-            self._on_frames_safely(frames[0].decode(errors="replace"), frames[1:], from_router=True)
+            peer = frames[0].decode(errors="replace")
+            self._router_of[peer] = sock
+            self._on_frames_safely(peer, frames[1:], from_router=True)
+
+    def _serve_zap(self) -> None:
+        """Answer the CURVE handshake's ZAP request: is the peer's key on the allow-list?"""
+        assert self._zap is not None
+        try:
+            frames = self._zap.recv_multipart(_NOBLOCK)
+        except zmq.Again:
+            return
+        self._zap.send_multipart(self._security.answer_zap(frames, self._log))
+
+    def _on_monitor(self) -> None:
+        from zmq.utils.monitor import recv_monitor_message
+
+        assert self._monitor is not None
+        try:
+            event = recv_monitor_message(self._monitor, _NOBLOCK)
+        except zmq.Again:
+            return
+        self._log.warning("a peer failed the CURVE handshake (no key, a wrong server key, or plain text)",
+                          endpoint=event.get("endpoint", b"").decode(errors="replace") if isinstance(
+                              event.get("endpoint"), bytes) else event.get("endpoint"),
+                          zmq_event=str(event.get("event")))
 
     def _recv_link(self, sock: zmq.Socket) -> None:
         link = next((lk for lk in self._links.values() if lk.socket is sock), None)
