@@ -110,8 +110,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_bench)
 
     from ._logcli import add_parsers
+    from ._serve_cli import add_parsers as add_serve_parsers
 
     add_parsers(sub)
+    add_serve_parsers(sub)
 
     p = sub.add_parser("demo", help="run the end-to-end demo")
     p.add_argument("--workers", type=_positive, default=3, help="worker processes (default 3)")

@@ -65,8 +65,7 @@ class GlooCommunicator:
     def new_unique_id(self) -> bytes:
         import torch.distributed as dist
 
-        # The address peers reach this rank at: loopback unless told (multi-host runs set it).
-        host = self.host or os.environ.get("ACTORWIRE_HOST", "127.0.0.1")
+        host = self.host or os.environ.get("ACTORWIRE_HOST") or _address_peers_reach()
         store = dist.TCPStore(host, 0, is_master=True, wait_for_workers=False, timeout=self.timeout)
         self._hosted = store
         return f"{host}:{store.port}".encode()
@@ -107,3 +106,19 @@ class GlooCommunicator:
             except Exception:  # a broken group may fail to tear down cleanly; it is gone either way
                 pass
         self._group = False
+
+
+def _address_peers_reach() -> str:
+    """The address other ranks reach this one at: the interface that routes to the coordinator's host.
+
+    Loopback when the run is on one host (or the coordinator is local).
+    """
+    from actorwire.transport._endpoints import is_tcp, tcp_host
+    from actorwire.transport._node import _local_address_towards
+
+    from ._launch import launch_env
+
+    join = launch_env().join
+    if join and is_tcp(join):
+        return _local_address_towards(tcp_host(join))
+    return "127.0.0.1"

@@ -132,22 +132,105 @@ class ChildProcess:
                 return self.process.wait()
 
 
+#: The coordinator's port when a launcher's environment (torchrun, SLURM) gives only a host.
+DEFAULT_PORT = 29555
+
+
+def first_host(nodelist: str) -> str:
+    """The first host of a SLURM node list: ``gpu[03-05,9],cpu1`` -> ``gpu03``."""
+    nodelist = nodelist.strip()
+    if not nodelist:
+        raise ValueError("empty SLURM node list")
+    head = ""
+    depth = 0
+    for ch in nodelist:  # the first comma outside brackets ends the first group
+        if ch == "," and depth == 0:
+            break
+        depth += ch == "["
+        depth -= ch == "]"
+        head += ch
+    if "[" not in head:
+        return head
+    prefix, rest = head.split("[", 1)
+    first = rest.rstrip("]").split(",")[0].split("-")[0]
+    return prefix + first
+
+
+class LaunchEnv(msgspec.Struct, frozen=True):
+    """Where to join and who we are, as the launcher said."""
+
+    join: str | None
+    run_id: str | None
+    rank: int | None
+    world_size: int | None
+    local_rank: int | None
+    #: "actorwire", "torchrun", "slurm" or "none".
+    source: str
+
+
+def launch_env(env: Mapping[str, str] | None = None) -> LaunchEnv:
+    """Read the launcher's environment: ours (``ACTORWIRE_*``), else torchrun's, else SLURM's.
+
+    torchrun: ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR``, run id
+    ``TORCHELASTIC_RUN_ID``.  SLURM: ``SLURM_PROCID``, ``SLURM_NTASKS``,
+    ``SLURM_LOCALID``, the first host of ``SLURM_NODELIST`` (or
+    ``SLURM_JOB_NODELIST``), run id ``SLURM_JOB_ID``.  The coordinator listens on
+    ``$ACTORWIRE_PORT`` (default 29555) of that host.  ``ACTORWIRE_*`` values
+    win over both.
+    """
+    env = os.environ if env is None else env
+    port = env.get("ACTORWIRE_PORT", str(DEFAULT_PORT))
+
+    def num(*names: str) -> int | None:
+        for name in names:
+            if env.get(name, "").strip():
+                try:
+                    return int(env[name])
+                except ValueError:
+                    raise ValueError(f"{name}={env[name]!r} is not an integer") from None
+        return None
+
+    source, join, run_id = "none", None, None
+    if "SLURM_PROCID" in env and ("SLURM_NODELIST" in env or "SLURM_JOB_NODELIST" in env):
+        source = "slurm"
+        join = f"tcp://{first_host(env.get('SLURM_NODELIST') or env['SLURM_JOB_NODELIST'])}:{port}"
+        run_id = env.get("SLURM_JOB_ID")
+    if "MASTER_ADDR" in env and "RANK" in env:  # torchrun inside an allocation wins over SLURM's own
+        source = "torchrun"
+        join = f"tcp://{env['MASTER_ADDR']}:{port}"
+        run_id = env.get("TORCHELASTIC_RUN_ID") or run_id
+    if env.get("ACTORWIRE_JOIN"):
+        source, join = "actorwire", env["ACTORWIRE_JOIN"]
+    run_id = env.get("ACTORWIRE_RUN_ID") or run_id
+    if source == "torchrun":
+        rank, world, local = num("ACTORWIRE_RANK", "RANK"), num("ACTORWIRE_WORLD_SIZE", "WORLD_SIZE"), \
+            num("LOCAL_RANK")
+    else:
+        rank = num("ACTORWIRE_RANK", "RANK", "SLURM_PROCID")
+        world = num("ACTORWIRE_WORLD_SIZE", "WORLD_SIZE", "SLURM_NTASKS")
+        local = num("LOCAL_RANK", "SLURM_LOCALID")
+    return LaunchEnv(join=join, run_id=run_id, rank=rank, world_size=world, local_rank=local, source=source)
+
+
 def attach(**overrides: Any) -> Any:
     """Join the running system described by the environment.
 
-    Reads ``ACTORWIRE_JOIN`` (the root endpoint), ``ACTORWIRE_RUN_ID`` and,
-    when set, ``ACTORWIRE_RANK``; keyword arguments override them.
+    Reads ``ACTORWIRE_JOIN`` (the root endpoint), ``ACTORWIRE_RUN_ID`` and
+    ``ACTORWIRE_RANK``, or a torchrun or SLURM environment (see
+    :func:`launch_env`); keyword arguments override them.
     """
     from ._system import ActorSystem
 
     env = os.environ
-    join = overrides.pop("join", None) or env.get("ACTORWIRE_JOIN")
-    run_id = overrides.pop("run_id", None) or env.get("ACTORWIRE_RUN_ID")
-    missing = [n for n, v in (("ACTORWIRE_JOIN", join), ("ACTORWIRE_RUN_ID", run_id)) if not v]
+    found = launch_env(env)
+    join = overrides.pop("join", None) or found.join
+    run_id = overrides.pop("run_id", None) or found.run_id
+    missing = [n for n, v in (("ACTORWIRE_JOIN (or MASTER_ADDR, or SLURM_NODELIST)", join),
+                              ("ACTORWIRE_RUN_ID (or TORCHELASTIC_RUN_ID, or SLURM_JOB_ID)", run_id)) if not v]
     if missing:
         raise RuntimeError(f"attach(): {' and '.join(missing)} not set in the environment")
     rank = overrides.pop("rank", None)
-    if rank is None and env.get("ACTORWIRE_RANK"):
-        rank = int(env["ACTORWIRE_RANK"])
+    if rank is None:
+        rank = found.rank
     node_id = overrides.pop("node_id", None) or env.get("ACTORWIRE_NODE_ID")
     return ActorSystem(run_id=run_id, join=join, rank=rank, proctitle=True, node_id=node_id, **overrides)

@@ -122,10 +122,13 @@ class Worker:
         from ._launch import attach
 
         self.system = system if system is not None else attach()
-        env = os.environ
-        self.rank = rank if rank is not None else int(env.get("ACTORWIRE_RANK", env.get("RANK", "0")))
-        self.world_size = world_size if world_size is not None else int(
-            env.get("ACTORWIRE_WORLD_SIZE", env.get("WORLD_SIZE", "1")))
+        from ._launch import launch_env
+
+        found = launch_env()  # ours, torchrun's or SLURM's
+        self.rank = rank if rank is not None else (found.rank if found.rank is not None else 0)
+        self.world_size = world_size if world_size is not None else (found.world_size or 1)
+        #: The launcher's local rank (which GPU of this host), when it said.
+        self.local_rank = found.local_rank
         self.model = model
         self.comm = communicator
         self.coordinator = coordinator
@@ -134,7 +137,7 @@ class Worker:
         self.epoch_fn = epoch_fn
         self.coordinator_timeout = coordinator_timeout
         self._snapshot: Any = None
-        self.death_dir = death_dir or env.get("ACTORWIRE_DEATH_DIR") or tempfile.gettempdir()
+        self.death_dir = death_dir or os.environ.get("ACTORWIRE_DEATH_DIR") or tempfile.gettempdir()
         self.log = get_logger(role="worker", rank=self.rank)
         self.name = f"worker/{self.rank}"
         self.inbox = self.system.inbox(self.name)

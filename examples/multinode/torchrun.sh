@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# Two hosts, 4 workers each, started by torchrun; the coordinator runs on the first host.
+#   host0$ NODE_RANK=0 MASTER=host0 ./torchrun.sh
+#   host1$ NODE_RANK=1 MASTER=host0 ./torchrun.sh
+# Keys: run `actorwire keygen keys/` once and copy keys/ to both hosts.
+set -euo pipefail
+: "${MASTER:?set MASTER to the first host}" "${NODE_RANK:?set NODE_RANK}"
+NNODES=${NNODES:-2}
+PER_NODE=${PER_NODE:-4}
+RUN_ID=${RUN_ID:-run-$(date +%Y%m%d)}
+export ACTORWIRE_KEYS=${ACTORWIRE_KEYS:-$PWD/keys}
+export ACTORWIRE_PORT=${ACTORWIRE_PORT:-29555}
+if [ "$NODE_RANK" = 0 ]; then
+  actorwire coordinator --bind "tcp://0.0.0.0:$ACTORWIRE_PORT" --run-id "$RUN_ID" \
+    --world-size $((NNODES * PER_NODE)) --dataset-size 65536 --epochs 3 &
+  trap 'kill %1 2>/dev/null || true' EXIT
+fi
+torchrun --nnodes "$NNODES" --nproc-per-node "$PER_NODE" --node-rank "$NODE_RANK" \
+  --master-addr "$MASTER" --master-port 29500 --rdzv-id "$RUN_ID" \
+  "$(dirname "$0")/train.py"
+wait
