@@ -74,6 +74,7 @@ class GlooCommunicator:
         import torch.distributed as dist
 
         self.abort()
+        _pin_gloo_interface()
         host, port = uid.decode().rsplit(":", 1)
         store = dist.TCPStore(host, int(port), is_master=False, timeout=self.timeout)
         try:
@@ -122,3 +123,37 @@ def _address_peers_reach() -> str:
     if join and is_tcp(join):
         return _local_address_towards(tcp_host(join))
     return "127.0.0.1"
+
+
+def _interface_for(address: str) -> str | None:
+    """The name of the network interface holding IPv4 ``address`` (Linux), or None."""
+    import fcntl
+    import socket
+    import struct
+
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        for _, name in socket.if_nameindex():
+            try:
+                raw = fcntl.ioctl(probe.fileno(), 0x8915, struct.pack("256s", name.encode()[:15]))  # SIOCGIFADDR
+            except OSError:
+                continue
+            if socket.inet_ntoa(raw[20:24]) == address:
+                return name
+    return None
+
+
+def _pin_gloo_interface() -> None:
+    """Make gloo use the interface that reaches the other hosts.
+
+    Left alone, gloo binds the address its host name resolves to, often a
+    loopback one, and ranks on other hosts are told to connect there.  An
+    explicit ``GLOO_SOCKET_IFNAME`` is kept.
+    """
+    if os.environ.get("GLOO_SOCKET_IFNAME"):
+        return
+    address = os.environ.get("ACTORWIRE_HOST") or _address_peers_reach()
+    if address.startswith("127.") or address in ("0.0.0.0", "::1"):
+        return
+    name = _interface_for(address)
+    if name is not None:
+        os.environ["GLOO_SOCKET_IFNAME"] = name
