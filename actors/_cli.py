@@ -48,6 +48,10 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         from . import _bench_tensor
 
         results = _bench_tensor.run()
+    elif args.suite == "scale":
+        from . import _bench_scale
+
+        results = _bench_scale.run(workers=args.workers)
     elif args.suite == "nccl":
         from . import _bench_nccl
 
@@ -100,9 +104,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_messages)
 
     p = sub.add_parser("bench", help="measure actorwire against its baseline in one run")
-    p.add_argument("suite", choices=["codec", "bus", "record", "worker", "tensor", "nccl"], help="which suite to run")
+    p.add_argument("suite", choices=["codec", "bus", "record", "worker", "tensor", "nccl", "scale"], help="which suite to run")
     p.add_argument("--json", metavar="PATH", help="also write the results as JSON")
     p.add_argument("--kinds", metavar="K1,K2", help="codec: only these message kinds")
+    p.add_argument("--workers", type=_positive, default=1000, metavar="N", help="scale: simulated workers")
     p.add_argument("--messages", type=_positive, default=200_000, metavar="N",
                    help="bus: messages per throughput case (default 200000)")
     p.add_argument("--asks", type=_positive, default=3000, metavar="N",
