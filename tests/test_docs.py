@@ -28,3 +28,29 @@ def test_doc_example_runs(where: str, code: str, monkeypatch: pytest.MonkeyPatch
     module = types.ModuleType("__doc_example__")
     monkeypatch.setitem(sys.modules, module.__name__, module)
     exec(compile(code, where, "exec"), module.__dict__)
+
+
+CONSOLE = re.compile(r"^```console\n(.*?)^```", re.S | re.M)
+
+
+def _console_pages() -> list[pathlib.Path]:
+    return sorted(p for p in (ROOT / "docs").rglob("*.md") if CONSOLE.search(p.read_text()))
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+@pytest.mark.parametrize("page", _console_pages(), ids=lambda p: str(p.relative_to(ROOT)))
+def test_doc_console_examples_run(page: pathlib.Path, tmp_path: pathlib.Path) -> None:
+    """The ``$ `` lines of a page's ```console blocks run as one bash script, in a scratch directory."""
+    import os
+    import subprocess
+
+    commands = [line[2:] for block in CONSOLE.findall(page.read_text()) for line in block.splitlines()
+                if line.startswith("$ ")]
+    (tmp_path / "examples").symlink_to(ROOT / "examples")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ACTORWIRE_")}
+    env["PATH"] = f"{pathlib.Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
+    script = "set -euo pipefail\n" + "\n".join(commands) + "\n"
+    proc = subprocess.run(["bash", "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=220)
+    assert proc.returncode == 0, f"{page.name}: {proc.stdout[-2000:]}{proc.stderr[-3000:]}"
