@@ -29,6 +29,7 @@ free.
 
 from __future__ import annotations
 
+import os
 from typing import Any
 
 import msgspec
@@ -66,7 +67,8 @@ class WeightProducer(Actor):
     """Serves one trainer rank's weights; see the module docstring for the protocol."""
 
     def __init__(self, rank: int, plan: WeightPlan, *, plane: str = "shm", device: str = "cpu",
-                 stall_timeout: float = DEFAULT_STALL_TIMEOUT, prefix: str = "weights") -> None:
+                 stall_timeout: float = DEFAULT_STALL_TIMEOUT, prefix: str = "weights",
+                 digests: bool | None = None) -> None:
         if stall_timeout <= 0:
             raise ValueError(f"stall_timeout must be positive, not {stall_timeout}")
         self.rank = rank
@@ -77,6 +79,9 @@ class WeightProducer(Actor):
         self.device = device
         self.stall_timeout = stall_timeout
         self.prefix = prefix
+        #: Content digests in every served ref (default: ``$ACTORWIRE_RECORD_DIGESTS=1``), so a
+        #: recording shows which bytes each pull carried.
+        self.digests = os.environ.get("ACTORWIRE_RECORD_DIGESTS") == "1" if digests is None else digests
         self.served = plan.served_names(rank)
         self.owned = set(plan.owned_groups(rank))
         self.group_of = plan.group_of()
@@ -100,7 +105,7 @@ class WeightProducer(Actor):
     def on_start(self, ctx: Context) -> None:
         from actorwire.transport._serve import ServeRing
 
-        self.ring = ServeRing(self.plane, device=self.device)
+        self.ring = ServeRing(self.plane, device=self.device, digests=self.digests)
         ctx.start_timer("stall", min(5.0, self.stall_timeout / 4), periodic=True)
 
     def on_stop(self, ctx: Context) -> None:

@@ -409,3 +409,18 @@ def test_consumer_reserves_on_producers_that_start_later() -> None:
     out = h.advance(0.2)
     assert [(s.target, type(s.message)) for s in out] == [(P1, m.ReserveServeBuffer)]
     assert "reserve" not in h.ctx.timers
+
+
+def test_digests_in_served_refs_name_the_bytes_that_moved() -> None:
+    import hashlib
+
+    plan = _plan()
+    h = ActorHarness(WeightProducer(0, plan, digests=True), name=P0, peers=[SENDER, c(0)])
+    h.start()
+    h.deliver(m.ReserveServeBuffer(consumer_id=0, nbytes=64, plan_digest=plan.digest), sender=c(0))
+    begin(h, [0])
+    publish(h, 0)
+    out = h.deliver(m.PullRequest(sync_id=1, consumer_id=0, seq=0, names=["embed"]), sender=c(0))
+    ref = out[-1].message.tensors["embed"]
+    assert ref.digest == hashlib.sha256(TENSORS["embed"].numpy().tobytes()).hexdigest()[:32]
+    h.actor.on_stop(h.ctx)

@@ -18,10 +18,18 @@ import secrets
 from multiprocessing import shared_memory
 from typing import Any
 
+import msgspec
+
 from actorwire.messages import Plane, TensorRef
 
 from . import _shm
 from ._frames import FramesServer, copy_packed, handle_for, pack_layout, refs_into
+
+
+def _digest(base: Any, offset: int, nbytes: int) -> str:
+    import hashlib
+
+    return hashlib.sha256(base[offset:offset + nbytes].cpu().numpy().tobytes()).hexdigest()[:32]
 
 
 class _Slot:
@@ -35,8 +43,11 @@ class _Slot:
 class ServeRing:
     """Every consumer's ring of slots on one producer."""
 
-    def __init__(self, plane: Plane | str, *, device: str = "cpu", frames_endpoint: str = "tcp://127.0.0.1:0") -> None:
+    def __init__(self, plane: Plane | str, *, device: str = "cpu", frames_endpoint: str = "tcp://127.0.0.1:0",
+                 digests: bool = False) -> None:
         self.plane = Plane(plane)
+        #: Put a SHA-256 of each packed tensor's bytes in its ref (recordings then show what moved).
+        self.digests = digests
         if self.plane is Plane.CUDA_IPC and not device.startswith("cuda"):
             raise ValueError(f"a cuda_ipc serve ring needs a CUDA device, not {device}")
         if self.plane not in (Plane.SHM, Plane.CUDA_IPC, Plane.FRAMES):
@@ -97,8 +108,13 @@ class ServeRing:
 
             # A handle says nothing about pending kernels: the copies must land first.
             torch.cuda.current_stream(slot.base.device).synchronize()
-            return refs_into(self.plane, slot.handle, layout, tensors, device=slot.device, element_offsets=True)
-        return refs_into(self.plane, slot.handle, layout, tensors, device="cpu")
+            refs = refs_into(self.plane, slot.handle, layout, tensors, device=slot.device, element_offsets=True)
+        else:
+            refs = refs_into(self.plane, slot.handle, layout, tensors, device="cpu")
+        if self.digests:
+            refs = {name: msgspec.structs.replace(ref, digest=_digest(slot.base, layout[name], ref.nbytes))
+                    for name, ref in refs.items()}
+        return refs
 
     def drop(self, consumer_id: int) -> None:
         for slot in self._rings.pop(consumer_id, []):
