@@ -45,20 +45,33 @@ def _time(fn: Any, nbytes: int) -> float:
     return (time.perf_counter() - t0) / iters
 
 
-def _rank(rank: int, world: int, port: int) -> None:
+def local_rank_over_pipe(rank: int, world: int, *, timeout_s: float) -> Any:
+    """A communicator for one of ``world`` processes on this host, GPU ``rank``, whose parent relays the id.
+
+    Rank 0 prints the unique id (hex) as its first line; the parent writes it to
+    the others' stdin.  For benchmarks and tests on one machine; runs use the bus.
+    """
     import torch
-    import torch.distributed as dist
 
     from ._nccl import NcclCommunicator
 
     torch.cuda.set_device(rank)
-    comm = NcclCommunicator(rank, timeout_s=120)
+    comm = NcclCommunicator(rank, timeout_s=timeout_s)
     if rank == 0:
         uid = comm.new_unique_id()
         print(uid.hex(), flush=True)
     else:
         uid = bytes.fromhex(sys.stdin.readline().strip())
     comm.init(uid, rank, world)
+    return comm
+
+
+def _rank(rank: int, world: int, port: int) -> None:
+    import torch
+    import torch.distributed as dist
+
+
+    comm = local_rank_over_pipe(rank, world, timeout_s=120)
     store = dist.TCPStore("127.0.0.1", port, world, is_master=rank == 0)
     dist.init_process_group("nccl", store=store, rank=rank, world_size=world, device_id=torch.device("cuda", rank))
     for nbytes in SIZES:

@@ -15,19 +15,12 @@ import time
 import torch
 import torch.distributed as dist
 
-from actorwire.actors._nccl import NcclCommunicator
+from actorwire.actors._bench_nccl import local_rank_over_pipe
 
 
 def main() -> None:
     rank, world, port, mode = int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
-    torch.cuda.set_device(rank)
-    comm = NcclCommunicator(rank, timeout_s=10)
-    if rank == 0:
-        uid = comm.new_unique_id()
-        print(uid.hex(), flush=True)
-    else:
-        uid = bytes.fromhex(sys.stdin.readline().strip())
-    comm.init(uid, rank, world)
+    comm = local_rank_over_pipe(rank, world, timeout_s=10)
     if mode == "peer-killed":
         print("ready", flush=True)
         if rank == 0:
