@@ -71,3 +71,27 @@ def test_bad_handles_and_planes_are_refused(importer: FramesImporter) -> None:
         importer.open(ref)
     with pytest.raises(ValueError, match="not a frames tensor"):
         importer.open(msgspec.structs.replace(ref, plane=Plane.SHM))
+
+
+def test_tcp_follows_the_bus_rules(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
+    from actorwire.transport._security import Security, SecurityError, keygen
+
+    for var in ("ACTORWIRE_KEYS", "ACTORWIRE_INSECURE_TCP"):
+        monkeypatch.delenv(var, raising=False)
+    with pytest.raises(SecurityError, match="needs CURVE keys"):
+        FramesExporter("tcp://127.0.0.1:0")
+    keygen(tmp_path)
+    secure = Security(keys=str(tmp_path))
+    ex = FramesExporter("tcp://127.0.0.1:0", security=secure)
+    try:
+        _, refs = ex.export({"w": torch.arange(5.0)})
+        assert ex.server.curve_key is not None
+        imp = FramesImporter(timeout=5, security=secure)
+        assert torch.equal(imp.open(refs["w"]), torch.arange(5.0))  # over CURVE
+        imp.drop()
+        stranger = FramesImporter(timeout=1, security=Security())
+        with pytest.raises(SecurityError, match="uses CURVE; this process has no keys"):
+            stranger.open(refs["w"])
+        stranger.drop()
+    finally:
+        ex.close()

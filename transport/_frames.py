@@ -8,7 +8,11 @@ buffer in place) and the importer builds its view straight on the received
 frame, so a fetch costs the network copy and nothing else.
 
 The server's socket is the plane's, not the bus's: bulk bytes never queue
-behind control messages.  It serves only keys that are currently exported;
+behind control messages.  On one host it listens on a private ipc endpoint;
+on tcp it follows the bus's rules (CURVE with the keys of ``ACTORWIRE_KEYS``,
+its public key travelling in the handle; plain text only on loopback with
+``ACTORWIRE_INSECURE_TCP=1``).  The server checks no allow-list: a client
+needs the handle, which only travels on the authenticated bus.  It serves only keys that are currently exported;
 anything else gets an error frame, never a hang.
 """
 
@@ -18,12 +22,15 @@ import itertools
 import struct
 import threading
 import warnings
-from typing import Any
+from typing import Any, Union
 
 import msgspec
 import zmq
 
 from actorwire.messages import Plane, TensorRef
+
+from ._endpoints import is_tcp, tcp_host
+from ._security import Security, SecurityError
 
 ZERO_COPY_BYTES = 64 * 1024
 _REQ = struct.Struct("<QQQ")  # key, offset, nbytes
@@ -65,12 +72,24 @@ def copy_packed(base: Any, layout: dict[str, int], tensors: dict[str, Any]) -> N
 class FramesServer:
     """Serves registered CPU buffers to remote importers from one thread."""
 
-    def __init__(self, endpoint: str = "tcp://127.0.0.1:0", *, context: zmq.Context | None = None) -> None:
+    def __init__(self, endpoint: str | None = None, *, context: zmq.Context | None = None,
+                 security: Security | None = None) -> None:
         self._ctx = context or zmq.Context.instance()
         self._buffers: dict[int, Any] = {}
         self._lock = threading.Lock()
+        endpoint = endpoint or _private_ipc()
+        self.curve_key: str | None = None
         self._sock = self._ctx.socket(zmq.ROUTER)
         self._sock.setsockopt(zmq.LINGER, 0)
+        if is_tcp(endpoint):  # the same rules as the bus: CURVE, or plain text on loopback by explicit flag
+            security = security or Security()
+            try:
+                security.check_tcp(tcp_host(endpoint), f"the frames plane's {endpoint}")
+            except Exception:
+                self._sock.close(0)
+                raise
+            security.serve(self._sock)
+            self.curve_key = security.public.decode() if security.curve and security.public else None
         self._sock.bind(endpoint)
         self.endpoint: str = self._sock.getsockopt_string(zmq.LAST_ENDPOINT)
         self._stop = threading.Event()
@@ -121,8 +140,8 @@ class FramesServer:
 class FramesExporter:
     """Packs groups into CPU buffers and serves them until released."""
 
-    def __init__(self, endpoint: str = "tcp://127.0.0.1:0") -> None:
-        self.server = FramesServer(endpoint)
+    def __init__(self, endpoint: str | None = None, *, security: Security | None = None) -> None:
+        self.server = FramesServer(endpoint, security=security)
         self._ids = itertools.count(1)
 
     def export(self, tensors: dict[str, Any]) -> tuple[int, dict[str, TensorRef]]:
@@ -133,7 +152,8 @@ class FramesExporter:
         copy_packed(base, layout, tensors)
         key = next(self._ids)
         self.server.register(key, base)
-        return key, refs_into(Plane.FRAMES, handle_for(self.server.endpoint, key), layout, tensors, device="cpu")
+        return key, refs_into(Plane.FRAMES, handle_for(self.server.endpoint, key, self.server.curve_key), layout,
+                              tensors, device="cpu")
 
     def release(self, key: int) -> None:
         self.server.unregister(key)
@@ -142,8 +162,20 @@ class FramesExporter:
         self.server.close()
 
 
-def handle_for(endpoint: str, key: int) -> bytes:
-    return msgspec.msgpack.encode([endpoint, key])
+def handle_for(endpoint: str, key: int, curve_key: str | None = None) -> bytes:
+    """``[endpoint, key]``, plus the server's z85 CURVE key when it has one."""
+    return msgspec.msgpack.encode([endpoint, key] if curve_key is None else [endpoint, key, curve_key])
+
+
+def _private_ipc() -> str:
+    """An ipc endpoint in a private (0700) directory: same-host peers need no tcp at all."""
+    import os
+    import secrets
+    import tempfile
+
+    base = os.path.join(os.environ.get("ACTORWIRE_RUNTIME_DIR", tempfile.gettempdir()), f"actorwire-{os.getuid()}")
+    os.makedirs(base, mode=0o700, exist_ok=True)
+    return f"ipc://{base}/frames-{os.getpid()}-{secrets.token_hex(4)}.sock"
 
 
 def refs_into(plane: Plane, handle: bytes, layout: dict[str, int], tensors: dict[str, Any], *,
@@ -167,15 +199,25 @@ def refs_into(plane: Plane, handle: bytes, layout: dict[str, int], tensors: dict
 class FramesImporter:
     """Fetches tensors from exporters' servers; one socket per endpoint, used from one thread."""
 
-    def __init__(self, *, timeout: float = 30.0, context: zmq.Context | None = None) -> None:
+    def __init__(self, *, timeout: float = 30.0, context: zmq.Context | None = None,
+                 security: Security | None = None) -> None:
         self._ctx = context or zmq.Context.instance()
+        self._security = security
         self._timeout_ms = int(timeout * 1000)
         self._socks: dict[str, zmq.Socket] = {}
 
-    def _socket(self, endpoint: str) -> zmq.Socket:
+    def _socket(self, endpoint: str, curve_key: str | None) -> zmq.Socket:
         sock = self._socks.get(endpoint)
         if sock is None:
             sock = self._ctx.socket(zmq.REQ)
+            if curve_key is not None:
+                if self._security is None:
+                    self._security = Security()
+                if not self._security.curve:
+                    sock.close(0)
+                    raise SecurityError(f"the frames server at {endpoint} uses CURVE; this process has no keys "
+                                        f"(set ACTORWIRE_KEYS)")
+                self._security.client(sock, curve_key, endpoint)
             sock.setsockopt(zmq.LINGER, 0)
             sock.setsockopt(zmq.RCVTIMEO, self._timeout_ms)
             sock.setsockopt(zmq.REQ_RELAXED, 1)
@@ -190,13 +232,16 @@ class FramesImporter:
         if ref.plane is not Plane.FRAMES:
             raise ValueError(f"not a frames tensor: plane {ref.plane.value}")
         try:
-            endpoint, key = msgspec.msgpack.decode(ref.handle, type=tuple[str, int])
+            endpoint, key, *rest = msgspec.msgpack.decode(ref.handle, type=list[Union[str, int]])
+            if not isinstance(endpoint, str) or not isinstance(key, int) or len(rest) > 1:
+                raise msgspec.ValidationError("expected [endpoint, key] or [endpoint, key, curve_key]")
         except msgspec.DecodeError as exc:
             raise ValueError(f"malformed frames handle: {exc}") from None
+        curve_key = rest[0] if rest and isinstance(rest[0], str) else None
         dtype = getattr(torch, ref.dtype)
         if not ref.nbytes:
             return torch.empty(ref.shape, dtype=dtype)
-        sock = self._socket(endpoint)
+        sock = self._socket(endpoint, curve_key)
         sock.send(_REQ.pack(key, ref.offset, ref.nbytes))
         try:
             status, frame = sock.recv_multipart(copy=False)

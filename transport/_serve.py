@@ -43,7 +43,7 @@ class _Slot:
 class ServeRing:
     """Every consumer's ring of slots on one producer."""
 
-    def __init__(self, plane: Plane | str, *, device: str = "cpu", frames_endpoint: str = "tcp://127.0.0.1:0",
+    def __init__(self, plane: Plane | str, *, device: str = "cpu", frames_endpoint: str | None = None,
                  digests: bool = False) -> None:
         self.plane = Plane(plane)
         #: Put a SHA-256 of each packed tensor's bytes in its ref (recordings then show what moved).
@@ -79,7 +79,7 @@ class ServeRing:
         self._keys += 1
         base = torch.empty(size, dtype=torch.uint8)
         self._server.register(self._keys, base)
-        return _Slot(base, handle_for(self._server.endpoint, self._keys), "cpu", self._keys)
+        return _Slot(base, handle_for(self._server.endpoint, self._keys, self._server.curve_key), "cpu", self._keys)
 
     def reserve(self, consumer_id: int, slots: int, nbytes: int) -> None:
         """(Re)allocate ``consumer_id``'s ring: ``slots`` slots of ``nbytes`` each."""
