@@ -71,7 +71,7 @@ class WeightConsumer(Actor):
         self.active = False
         self.reply_to = ""
         self.next_chunk = 0
-        self.seq = 0  # issue index, continuous over the consumer's life
+        self.seq = 0  # issue index within the sync (consumers sharing a ring issue the same sequence)
         self.inflight: dict[int, Chunk] = {}
         self.remaining: dict[int, int] = {}
         self.syncs_done = 0
@@ -103,8 +103,9 @@ class WeightConsumer(Actor):
                 continue
             self.asked.add(rank)
             ctx.watch(producer)
+            wanted = None if self.wanted is None else set(self.wanted)
             ctx.tell(producer, ReserveServeBuffer(consumer_id=self.consumer_id, nbytes=need.get(rank, 16),
-                                                  plan_digest=self.plan.digest))
+                                                  plan_digest=self.plan.pull_digest(self.consumer_id, rank, wanted)))
         if len(self.asked) < len(self.producer_ranks):
             ctx.start_timer("reserve", RESERVE_RETRY)
         else:
@@ -151,6 +152,7 @@ class WeightConsumer(Actor):
             return
         self.active = True
         self.next_chunk = 0
+        self.seq = 0  # every pull of the last sync has drained: slots are free
         self.inflight = {}
         self.remaining = {}
         for chunk in self.chunks:

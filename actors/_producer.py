@@ -99,6 +99,10 @@ class WeightProducer(Actor):
         self.last_progress = 0.0
         self.early: dict[int, list[tuple[Message, str]]] = {}
         self.served_pulls = 0
+        #: Serve ring -> (the consumer that reserved it first, its pull-plan digest).
+        self.ring_owner: dict[int, tuple[int, str]] = {}
+        #: Shared pulls waiting for every live sharer: (ring, seq) -> {consumer: (request, sender)}.
+        self.rendezvous: dict[tuple[int, int], dict[int, tuple[PullRequest, str]]] = {}
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -117,15 +121,27 @@ class WeightProducer(Actor):
     @handler
     def on_reserve(self, msg: ReserveServeBuffer, ctx: Context) -> None:
         sender = ctx.sender or consumer_name(self.prefix, msg.consumer_id)
-        if msg.plan_digest != self.plan.digest:
-            reason = (f"consumer {msg.consumer_id} was built from weight plan {msg.plan_digest}, producer rank "
-                      f"{self.rank} serves plan {self.plan.digest}: rebuild the consumer from the trainer's plan")
+        digest = msg.plan_digest or ""
+        if digest.split(":", 1)[0] != self.plan.digest:
+            reason = (f"consumer {msg.consumer_id} was built from weight plan {digest.split(':', 1)[0]}, producer "
+                      f"rank {self.rank} serves plan {self.plan.digest}: rebuild the consumer from the trainer's plan")
             ctx.log.error("weights.plan_mismatch", consumer=msg.consumer_id, reason=reason)
             ctx.tell(sender, SyncFailed(sync_id=0, reason=reason))
             return
-        self.ring.reserve(msg.consumer_id, self.plan.slots, max(msg.nbytes, 1))
+        key = self.plan.ring_key(msg.consumer_id)
+        first = self.ring_owner.get(key)
+        if first is not None and first[1] != digest and first[0] != msg.consumer_id:
+            reason = (f"consumers {first[0]} and {msg.consumer_id} share serve ring {key} on producer rank "
+                      f"{self.rank} but their pull plans differ ({first[1]} vs {digest}); sharers must want the "
+                      f"same weights")
+            ctx.log.error("weights.shared_plan_mismatch", consumer=msg.consumer_id, reason=reason)
+            ctx.tell(sender, SyncFailed(sync_id=0, reason=reason))
+            return
+        if first is None or first[0] == msg.consumer_id or self.ring.slot_bytes(key) < msg.nbytes:
+            self.ring.reserve(key, self.plan.slots, max(msg.nbytes, 1))
+            self.ring_owner[key] = (msg.consumer_id, digest)
         ctx.tell(sender, ServeBufferReserved(consumer_id=msg.consumer_id, slots=self.plan.slots,
-                                             slot_nbytes=self.ring.slot_bytes(msg.consumer_id)))
+                                             slot_nbytes=self.ring.slot_bytes(key)))
 
     # -- the sync ----------------------------------------------------------------------------
 
@@ -157,6 +173,7 @@ class WeightProducer(Actor):
         self.live = set(msg.live_consumer_ids)
         self.reply_to = ctx.sender or ""
         self.published, self.frees, self.released, self.pending = {}, {}, set(), []
+        self.rendezvous = {}
         self._progress(ctx)
         for cid in sorted(self.live):
             ctx.watch(consumer_name(self.prefix, cid))
@@ -216,16 +233,30 @@ class WeightProducer(Actor):
         if any(g not in self.published for g in groups):
             self.pending.append((msg, sender))
             return
+        key = self.plan.ring_key(msg.consumer_id)
+        sharers = {c for c in self.live if self.plan.ring_key(c) == key}
+        waiting = self.rendezvous.setdefault((key, msg.seq), {})
+        waiting[msg.consumer_id] = (msg, sender)
+        other = next((req for c, (req, _) in waiting.items() if req.names != msg.names), None)
+        if other is not None:
+            self._fail(f"consumers {other.consumer_id} and {msg.consumer_id} share serve ring {key} but pulled "
+                       f"different names as pull {msg.seq}", ctx)
+            return
+        if not sharers <= set(waiting):
+            self._progress(ctx)
+            return  # the last sharer to arrive packs, once, for all of them
+        del self.rendezvous[(key, msg.seq)]
         try:
             views = {n: _local.get(self.published[self.group_of[n]][n], n) for n in msg.names}
-            refs = self.ring.pack(msg.consumer_id, msg.seq, views)
-        except Exception as exc:  # a pack failure fails the sync, never a half-written slot
-            self._fail(f"producer rank {self.rank} could not serve pull {msg.seq} of consumer "
-                       f"{msg.consumer_id}: {exc}", ctx)
+            refs = self.ring.pack(key, msg.seq, views)
+        except Exception as exc:  # a pack failure fails the sync (every sharer), never a half-written slot
+            self._fail(f"producer rank {self.rank} could not serve pull {msg.seq} of consumer(s) "
+                       f"{sorted(waiting)}: {exc}", ctx)
             return
         self.served_pulls += 1
         self._progress(ctx)
-        ctx.tell(sender, PullReply(sync_id=self.sync_id, consumer_id=msg.consumer_id, seq=msg.seq, tensors=refs))
+        for cid, (_, to) in sorted(waiting.items()):
+            ctx.tell(to, PullReply(sync_id=self.sync_id, consumer_id=cid, seq=msg.seq, tensors=refs))
 
     @handler
     def on_free(self, msg: FreeGroup, ctx: Context) -> None:

@@ -56,7 +56,7 @@ class WeightSender:
     def __init__(self, system: ActorSystem, source: WeightSource, *, consumer_ids: list[int], rank: int = 0,
                  world_size: int = 1, lookahead: int = 1, slots: int = 2, plane: str | None = None,
                  device: str = "cpu", stall_timeout: float = DEFAULT_STALL_TIMEOUT, prefix: str = "weights",
-                 init_timeout: float = 60.0) -> None:
+                 init_timeout: float = 60.0, workers_per_replica: int = 0) -> None:
         if lookahead < 0:
             raise ValueError(f"lookahead must be >= 0, not {lookahead}")
         if not 0 <= rank < world_size:
@@ -78,7 +78,7 @@ class WeightSender:
         digests, masks = self._exchange_held(names_digest(names, meta), bitmask(names, held), init_timeout)
         holders = resolve_ownership(names, digests, masks)
         self.plan: WeightPlan = build_plan(meta, holders, [f"{prefix}/producer/{r}" for r in range(world_size)],
-                                           slots=slots)
+                                           slots=slots, workers_per_replica=workers_per_replica)
         self.groups = self.plan.groups()
         self.owned = set(self.plan.owned_groups(rank))
         self.held = held

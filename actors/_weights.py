@@ -199,6 +199,9 @@ class WeightPlan(Record, frozen=True):
     producers: list[str]
     #: Ring slots per consumer on each producer (K).
     slots: int = 2
+    #: Consumers whose ids differ by a multiple of this share one serve ring per producer, and a pull
+    #: of theirs is packed once for all (several inference deployments of one model); 0: no sharing.
+    workers_per_replica: int = 0
 
     @property
     def names(self) -> list[str]:
@@ -207,7 +210,7 @@ class WeightPlan(Record, frozen=True):
     @property
     def digest(self) -> str:
         h = hashlib.sha256(msgspec.msgpack.encode([self.meta, self.group_lens, self.holders, self.producers,
-                                                   self.slots]))
+                                                   self.slots, self.workers_per_replica]))
         return h.hexdigest()[:16]
 
     def groups(self) -> list[list[str]]:
@@ -232,11 +235,22 @@ class WeightPlan(Record, frozen=True):
     def served_names(self, rank: int) -> set[str]:
         return {p.name for p, h in zip(self.meta, self.holders) if rank in h}
 
+    def ring_key(self, consumer_id: int) -> int:
+        """The serve ring a consumer uses: its own, or its sharing group's (``id % workers_per_replica``)."""
+        return consumer_id % self.workers_per_replica if self.workers_per_replica else consumer_id
+
+    def pull_digest(self, consumer_id: int, rank: int, wanted: set[str] | None = None) -> str:
+        """``<plan digest>:<digest of the consumer's chunks from rank>``: what sharers of a ring must agree on."""
+        chunks, _ = self.chunks(consumer_id, wanted)
+        mine = [[c.group, c.names] for c in chunks if c.rank == rank]
+        return f"{self.digest}:{hashlib.sha256(msgspec.msgpack.encode(mine)).hexdigest()[:16]}"
+
     def chunks(self, consumer_id: int, wanted: set[str] | None = None) -> tuple[list[Chunk], list[int]]:
         """A consumer's static pull plan: its chunks in group order, and the groups it pulls nothing from.
 
-        A name held by several ranks is pulled from ``holders[consumer_id %
-        len(holders)]``, spreading replicated weights over their holders.
+        A name held by several ranks is pulled from ``holders[ring_key %
+        len(holders)]``, spreading replicated weights over their holders (and
+        giving consumers that share a ring the same plan).
         """
         chunks: list[Chunk] = []
         empty: list[int] = []
@@ -248,7 +262,7 @@ class WeightPlan(Record, frozen=True):
                 if wanted is not None and name not in wanted:
                     continue
                 holders = self.holders[j]
-                by_rank.setdefault(holders[consumer_id % len(holders)], []).append(name)
+                by_rank.setdefault(holders[self.ring_key(consumer_id) % len(holders)], []).append(name)
             i += n
             if not by_rank:
                 empty.append(g)
@@ -263,10 +277,13 @@ class WeightPlan(Record, frozen=True):
         return total
 
 
-def build_plan(meta: list[ParamMeta], holders: list[list[int]], producers: list[str], *, slots: int = 2) -> WeightPlan:
+def build_plan(meta: list[ParamMeta], holders: list[list[int]], producers: list[str], *, slots: int = 2,
+               workers_per_replica: int = 0) -> WeightPlan:
+    if workers_per_replica < 0:
+        raise ValueError(f"workers_per_replica must be >= 0, not {workers_per_replica}")
     groups = layerwise_groups([p.name for p in meta])
     return WeightPlan(meta=meta, group_lens=[len(g) for g in groups], holders=holders, producers=producers,
-                      slots=slots)
+                      slots=slots, workers_per_replica=workers_per_replica)
 
 
 def single_rank_plan(module: Any, prefix: str, *, slots: int = 2) -> WeightPlan:

@@ -40,6 +40,7 @@ def main() -> None:
     ap.add_argument("--stall", type=float, default=300.0)
     ap.add_argument("--plane", default=None)
     ap.add_argument("--device", default="cpu")
+    ap.add_argument("--workers-per-replica", type=int, default=0)
     args = ap.parse_args()
 
     model = tiny_model().to(args.device)
@@ -51,7 +52,8 @@ def main() -> None:
     try:
         sender = WeightSender(system, ModuleSource(model, held=held), consumer_ids=list(range(args.consumers)),
                               rank=args.rank, world_size=args.world, lookahead=args.lookahead,
-                              stall_timeout=args.stall, plane=args.plane, device=args.device)
+                              stall_timeout=args.stall, plane=args.plane, device=args.device,
+                              workers_per_replica=args.workers_per_replica)
         if args.rank == 0:
             tmp = args.out / "plan.json.tmp"
             tmp.write_bytes(msgspec.json.encode(sender.plan))

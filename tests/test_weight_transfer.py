@@ -78,8 +78,11 @@ def run(system: ActorSystem, tmp_path: pathlib.Path, *, world: int, consumers: i
             ch.wait(10)
 
 
-def test_two_ranks_move_a_model_bit_exact_to_three_consumers(system: ActorSystem, tmp_path: pathlib.Path) -> None:
-    reports, _ = run(system, tmp_path, world=2, consumers=3, args=["--syncs", "2"])
+@pytest.mark.parametrize("workers_per_replica", [0, 2], ids=["own-rings", "consumers-0-and-2-share-a-ring"])
+def test_two_ranks_move_a_model_bit_exact_to_three_consumers(system: ActorSystem, tmp_path: pathlib.Path,
+                                                             workers_per_replica: int) -> None:
+    reports, _ = run(system, tmp_path, world=2, consumers=3,
+                     args=["--syncs", "2", "--workers-per-replica", str(workers_per_replica)])
     rank0, rank1 = reports
     assert [line["sync"] for line in rank0] == [1, 2] and "error" not in rank0[-1] and "error" not in rank1[-1]
     for line in rank0:

@@ -277,7 +277,7 @@ def consumer(cid: int = 0, slots: int = 2, tensors: dict | None = None, **kw: ob
 def ready(h: ActorHarness) -> None:
     out = h.start()
     assert sorted(s.target for s in out) == [P0, P1]
-    assert all(s.message.plan_digest == h.actor.plan.digest for s in out)
+    assert all(s.message.plan_digest.startswith(h.actor.plan.digest + ":") for s in out)
     h.deliver(m.ServeBufferReserved(consumer_id=h.actor.consumer_id, slots=2, slot_nbytes=64), sender=P0)
     h.deliver(m.ServeBufferReserved(consumer_id=h.actor.consumer_id, slots=2, slot_nbytes=64), sender=P1)
 
@@ -423,4 +423,39 @@ def test_digests_in_served_refs_name_the_bytes_that_moved() -> None:
     out = h.deliver(m.PullRequest(sync_id=1, consumer_id=0, seq=0, names=["embed"]), sender=c(0))
     ref = out[-1].message.tensors["embed"]
     assert ref.digest == hashlib.sha256(TENSORS["embed"].numpy().tobytes()).hexdigest()[:32]
+    h.actor.on_stop(h.ctx)
+
+
+def _shared_producer() -> ActorHarness:
+    plan = build_plan([ParamMeta(name=n, dtype="float32", shape=[4]) for n in
+                       ["embed", "layers.0.w", "layers.0.b", "layers.1.w", "head"]],
+                      [[0, 1], [0], [0], [1], [1]], [P0, P1], workers_per_replica=2)
+    h = ActorHarness(WeightProducer(0, plan), name=P0, peers=[SENDER, c(0), c(1), c(2)])
+    h.start()
+    for cid in (0, 1, 2):
+        h.deliver(m.ReserveServeBuffer(consumer_id=cid, nbytes=64, plan_digest=plan.pull_digest(cid, 0)),
+                  sender=c(cid))
+    return h
+
+
+def test_consumers_of_one_sharing_group_get_one_pack() -> None:
+    h = _shared_producer()
+    assert h.actor.plan.pull_digest(0, 0) == h.actor.plan.pull_digest(2, 0)  # same plan: they share ring 0
+    assert sorted(h.actor.ring.consumers) == [0, 1]
+    begin(h, [0, 1, 2])
+    publish(h, 0)
+    assert h.deliver(m.PullRequest(sync_id=1, consumer_id=0, seq=0, names=["embed"]), sender=c(0)) == []
+    out = h.deliver(m.PullRequest(sync_id=1, consumer_id=2, seq=0, names=["embed"]), sender=c(2))
+    replies = {s.target: s.message for s in out if isinstance(s.message, m.PullReply)}
+    assert set(replies) == {c(0), c(2)}  # the last sharer to arrive packed once, for both
+    assert replies[c(0)].tensors == replies[c(2)].tensors
+    assert h.actor.served_pulls == 1
+    h.actor.on_stop(h.ctx)
+
+
+def test_sharers_with_different_plans_are_refused_naming_both() -> None:
+    h = _shared_producer()
+    out = h.deliver(m.ReserveServeBuffer(consumer_id=2, nbytes=64, plan_digest=h.actor.plan.digest + ":other"),
+                    sender=c(2))
+    assert "consumers 0 and 2 share serve ring 0" in out[0].message.reason
     h.actor.on_stop(h.ctx)
