@@ -137,6 +137,7 @@ class Worker:
         self.epoch_fn = epoch_fn
         self.coordinator_timeout = coordinator_timeout
         self._snapshot: Any = None
+        self._session_attempt = 0
         self.death_dir = death_dir or os.environ.get("ACTORWIRE_DEATH_DIR") or tempfile.gettempdir()
         self.log = get_logger(role="worker", rank=self.rank)
         self.name = f"worker/{self.rank}"
@@ -482,6 +483,7 @@ class Worker:
                 uid = self.comm.new_unique_id()
                 self.inbox.tell(self.coordinator, NewNcclIdGenerated(rank=self.rank, uid=uid, attempt=msg.attempt))
         elif isinstance(msg, NewNcclSession):
+            self._session_attempt = max(self._session_attempt, msg.attempt)
             if self.comm is not None:
                 try:
                     self.comm.init(msg.uid, msg.new_rank, msg.new_world_size)
@@ -517,8 +519,15 @@ class Worker:
                 # re-formed the coordinator starts a new cycle that every survivor joins.
                 self.log.warning("all-reduce failed; waiting for the re-formed group", error=str(exc),
                                  cycle=msg.cycle)
-                if not self._wait_for_session(time.monotonic() + _SESSION_WAIT_S):
-                    self.log.error("no new process group in time")
+                if not self._wait_for_session(time.monotonic() + _SESSION_WAIT_S) and self._shutdown is None:
+                    # Nobody re-formed the group: no peer died that the runtime saw (a collective
+                    # error, a hung peer).  Tell the coordinator, which re-forms it: a supervision
+                    # event instead of a reduce that stalls until the run is saved.
+                    self.log.error("no new process group in time; asking the coordinator to re-form it")
+                    self.inbox.tell(self.coordinator, SessionFailed(
+                        rank=self.rank, attempt=self._session_attempt,
+                        reason=f"collective failed ({str(exc)[:300]}) and no new group came within "
+                               f"{_SESSION_WAIT_S:g} s"))
                 return
         self._steps_since_sync = 0
         self.inbox.tell(self.coordinator, SyncAck(rank=self.rank, step_count=self._steps))

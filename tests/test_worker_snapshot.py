@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from actorwire.actors import ActorSystem, Coordinator, Worker, WorkerError
+from actorwire.actors import ActorSystem, CommError, Coordinator, Worker, WorkerError
 from actorwire.actors._consumer import WeightConsumer
 from actorwire.actors._weights import single_rank_plan, state_digest
 
@@ -44,3 +44,52 @@ def test_the_final_snapshot_reaches_its_consumer_bit_exact() -> None:
             worker.send_final_snapshot(prefix="elsewhere", timeout=0.2)
         worker.abort_nccl()  # no communicator here: a no-op, never an error
         worker.finish()
+
+
+class FlakyComm:
+    """A one-rank communicator whose first all-reduce fails (a collective error with no dead peer)."""
+
+    def __init__(self) -> None:
+        self.inits: list[tuple[bytes, int, int]] = []
+        self.failures = 1
+        self._ready = False
+
+    @property
+    def ready(self) -> bool:
+        return self._ready
+
+    @property
+    def world_size(self) -> int:
+        return 1
+
+    def new_unique_id(self) -> bytes:
+        return f"uid-{len(self.inits)}".encode()
+
+    def init(self, uid: bytes, rank: int, world_size: int) -> None:
+        self.inits.append((uid, rank, world_size))
+        self._ready = True
+
+    def all_reduce_sum(self, tensor: object) -> None:
+        if self.failures:
+            self.failures -= 1
+            self._ready = False
+            raise CommError("all_reduce: async error (injected)")
+
+    def abort(self) -> None:
+        self._ready = False
+
+
+@pytest.mark.timeout(60)
+def test_a_failed_collective_nobody_re_forms_is_reported_and_the_group_is_re_formed(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    from actorwire.actors import _worker
+
+    monkeypatch.setattr(_worker, "_SESSION_WAIT_S", 0.5)
+    net, comm = model(), FlakyComm()
+    with ActorSystem() as system:
+        system.spawn(Coordinator(world_size=1, run_id=system.run_id, num_epochs=2, dataset_size=64, batch_size=16,
+                                 sync_every=2, form_group=True), "coordinator")
+        worker = Worker(system=system, rank=0, world_size=1, model=net, communicator=comm)
+        train(worker, net)
+        worker.finish()
+    assert comm.failures == 0 and len(comm.inits) >= 2  # formed, failed, reported, formed again
