@@ -7,11 +7,10 @@ import pathlib
 import stat
 
 import pytest
-import structlog
 import structlog.testing
+from _actors import Echo
 
 from actorwire import messages as m
-from _actors import Echo
 from actorwire.actors import ActorSystem
 from actorwire.transport import JoinRefused, RuntimeConfig
 from actorwire.transport._security import Security, SecurityError, is_loopback, keygen
