@@ -1091,6 +1091,7 @@ class Node:
         for node_id in update.left_nodes:
             self._nodes.pop(node_id, None)
             self._known_peers.discard(node_id)
+            self._router_of.pop(node_id, None)
             link = self._links.pop(node_id, None)
             if link is not None and node_id != self._root_id:
                 self._poller.unregister(link.socket)
