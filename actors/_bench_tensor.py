@@ -108,6 +108,19 @@ def _best(fn: Any, repeats: int) -> float:
     return min(fn() for _ in range(repeats))
 
 
+def _move_rate(exporter: Any, src: Any, child: _Child, repeats: int) -> float:
+    """GB/s of export here plus open and copy out in the child (best of ``repeats``, after a warm-up)."""
+    def move() -> float:
+        t0 = time.perf_counter()
+        key, refs = exporter.export({"w": src})
+        child.send(refs)
+        exporter.release(key)
+        return time.perf_counter() - t0
+
+    move()  # warm: the first export creates the segment or starts the server
+    return src.numel() * src.element_size() / _best(move, repeats) / 1e9
+
+
 def run(sizes: list[str] | None = None, repeats: int = 3, progress: Any = sys.stderr) -> list[Result]:
     import torch
 
@@ -129,28 +142,12 @@ def run(sizes: list[str] | None = None, repeats: int = 3, progress: Any = sys.st
 
             base = nbytes / _best(memcpy, repeats) / 1e9
             with ShmExporter(slot_bytes=nbytes) as exporter:
-                def shm() -> float:
-                    t0 = time.perf_counter()
-                    slot, refs = exporter.export({"w": src})
-                    child.send(refs)
-                    exporter.release(slot)
-                    return time.perf_counter() - t0
-
-                shm()  # warm: the first export creates the segment
-                results.append(Result.against(f"tensor.shm.{label}", nbytes / _best(shm, repeats) / 1e9, "GB/s",
-                                              base, ">= 0.5 of memcpy"))
+                results.append(Result.against(f"tensor.shm.{label}", _move_rate(exporter, src, child, repeats),
+                                              "GB/s", base, ">= 0.5 of memcpy"))
             frames_exporter = FramesExporter()
             try:
-                def frames() -> float:
-                    t0 = time.perf_counter()
-                    key, refs = frames_exporter.export({"w": src})
-                    child.send(refs)
-                    frames_exporter.release(key)
-                    return time.perf_counter() - t0
-
-                frames()
-                results.append(Result.against(f"tensor.frames.{label}", nbytes / _best(frames, repeats) / 1e9,
-                                              "GB/s", base))
+                results.append(Result.against(f"tensor.frames.{label}",
+                                              _move_rate(frames_exporter, src, child, repeats), "GB/s", base))
             finally:
                 frames_exporter.close()
             del src, dst
@@ -209,26 +206,23 @@ def _publish_group64() -> list[Result]:
 
     group = {f"layers.3.w{i}": torch.randn(256) for i in range(64)}
     codec = m.Codec()
-    with ShmExporter(slot_bytes=1 << 20) as exporter:
+
+    def best_publish(export: Any, release: Any) -> float:
+        """Best of 20: put the group on a plane and encode its PublishGroup."""
         def publish() -> float:
             t0 = time.perf_counter()
-            slot, refs = exporter.export(group)
+            key, refs = export(group)
             codec.encode_message(m.PublishGroup(sync_id=1, group_idx=3, tensors=refs))
-            exporter.release(slot)
+            release(key)
             return time.perf_counter() - t0
 
         publish()
-        copied = _best(publish, 20)
+        return _best(publish, 20)
 
-    def publish_local() -> float:
-        t0 = time.perf_counter()
-        key, refs = _local.put(group)
-        codec.encode_message(m.PublishGroup(sync_id=1, group_idx=3, tensors=refs))
-        _local.drop(key)
-        return time.perf_counter() - t0
-
-    publish_local()
-    return [Result.against("tensor.publish_group64", _best(publish_local, 20) * 1e3, "ms", None, "< 1 ms"),
+    with ShmExporter(slot_bytes=1 << 20) as exporter:
+        copied = best_publish(exporter.export, exporter.release)
+    local = best_publish(_local.put, _local.drop)
+    return [Result.against("tensor.publish_group64", local * 1e3, "ms", None, "< 1 ms"),
             Result.against("tensor.publish_group64.shm_copy", copied * 1e3, "ms", None)]
 
 
