@@ -332,3 +332,32 @@ def test_timeout_scale_from_environment(monkeypatch: pytest.MonkeyPatch) -> None
     monkeypatch.setenv("ACTORWIRE_TIMEOUT_SCALE", "fast")
     with pytest.raises(ValueError, match="ACTORWIRE_TIMEOUT_SCALE must be a number, got 'fast'"):
         RuntimeConfig()
+
+
+def test_a_root_request_answered_before_its_caller_resumes_is_not_lost() -> None:
+    # The demo once died with KeyError in inbox(): the I/O thread answered the
+    # Register and forgot the ask before the calling thread read it back.
+    # Here the command hook waits until the answer is in, forcing that order.
+    root = ActorSystem(config=RuntimeConfig(heartbeat_interval=0.1, staleness_timeout=1.0))
+    member = ActorSystem(run_id=root.run_id, join=root.endpoint,
+                         config=RuntimeConfig(heartbeat_interval=0.1, staleness_timeout=1.0))
+    try:
+        node = member._node
+        queue_command = node._command
+
+        def command_then_wait_for_the_answer(cmd: tuple) -> None:  # type: ignore[type-arg]
+            queue_command(cmd)
+            if cmd[0] == "root_request":
+                done = threading.Event()
+                for _ in range(1000):
+                    if cmd[1] not in node._asks:
+                        break
+                    done.wait(0.01)
+
+        node._command = command_then_wait_for_the_answer  # type: ignore[method-assign]
+        box = member.inbox("late/inbox")
+        assert "late/inbox" in root.names()
+        box.close()
+    finally:
+        member.shutdown()
+        root.shutdown()

@@ -631,11 +631,13 @@ class Node:
         """Node-level request to the root, waiting for its reply."""
         waiter = BlockingReply()
         corr = next(self._corr)
-        self._asks[corr] = _PendingAsk(corr, "root", type(message).wire_tag(), timeout,
-                                       time.monotonic() + self.config.scaled(timeout), waiter.on_reply,
-                                       waiter.on_failure)
+        pending = _PendingAsk(corr, "root", type(message).wire_tag(), timeout,
+                              time.monotonic() + self.config.scaled(timeout), waiter.on_reply, waiter.on_failure)
+        self._asks[corr] = pending
+        # The deadline goes in before the request leaves: once the command is
+        # queued the I/O thread may resolve (and forget) the ask at any moment.
+        self._add_deadline(pending.deadline, corr)
         self._command(("root_request", corr, message))
-        self._add_deadline(self._asks[corr].deadline, corr)
         answer = waiter.wait()
         if isinstance(answer, (Refused, ErrorReply)):
             text = answer.reason if isinstance(answer, Refused) else answer.message
