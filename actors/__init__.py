@@ -18,20 +18,20 @@ from actorwire.transport import (
     WouldBlock,
 )
 
-from ._actor import Actor, handler
-from ._comm import CommError, Communicator, GlooCommunicator
-from ._consumer import ModelConsumer, WeightConsumer
-from ._context import Context
-from ._coordinator import Coordinator, CoordinatorConfig
-from ._gpu_worker import GpuWorker
-from ._launch import ActorSpec, ChildProcess, attach
-from ._system import ActorSystem, Inbox, Received, UnexpectedReply
-from ._replay import ReplayReport, replay
-from ._producer import WeightProducer
-from ._sender import SyncReport, WeightSender
-from ._testkit import ActorHarness, FakeContext, Sent
-from ._weights import ModuleSource, ParamMeta, WeightPlan, WeightSource, WeightSyncError, build_plan, state_digest
-from ._worker import Plan, Worker, WorkerError
+from actorwire.actors.runtime._actor import Actor, handler
+from actorwire.transport.comm import CommError, Communicator, GlooCommunicator
+from actorwire.actors.weights._consumer import ModelConsumer, WeightConsumer
+from actorwire.actors.runtime._context import Context
+from actorwire.actors.control._coordinator import Coordinator, CoordinatorConfig
+from actorwire.actors.control._gpu_worker import GpuWorker
+from actorwire.actors.runtime._launch import ActorSpec, ChildProcess, attach
+from actorwire.actors.runtime._system import ActorSystem, Inbox, Received, UnexpectedReply
+from actorwire.actors.runtime._replay import ReplayReport, replay
+from actorwire.actors.weights._producer import WeightProducer
+from actorwire.actors.weights._sender import SyncReport, WeightSender
+from actorwire.actors.testing import ActorHarness, FakeContext, Sent
+from actorwire.actors.weights._plan import ModuleSource, ParamMeta, WeightPlan, WeightSource, WeightSyncError, build_plan, state_digest
+from actorwire.actors.control._worker import Plan, Worker, WorkerError
 
 __all__ = [
     "Actor", "handler", "Context", "ActorSystem", "Inbox", "Received", "RuntimeConfig", "ActorSpec",

@@ -8,7 +8,7 @@ import time
 
 from actorwire import messages as m
 from actorwire.actors import Actor, Context, GpuWorker, handler
-from actorwire.actors._consumer import ModelConsumer
+from actorwire.actors.weights._consumer import ModelConsumer
 
 
 class Echo(Actor):

@@ -1,6 +1,6 @@
 """An in-process NCCL for CPU tests: ranks are threads, a Fabric matches their operations.
 
-It implements the backend surface of actorwire.actors._nccl with the same
+It implements the backend surface of actorwire.transport.comm._nccl with the same
 non-blocking contract as libnccl: init is "in progress" until every rank of
 the world joined; an operation completes when every rank submitted its
 counterpart (a peer that never does leaves it pending forever, like a dead
@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from actorwire.actors._nccl import IN_PROGRESS, SUCCESS
+from actorwire.transport.comm._nccl import IN_PROGRESS, SUCCESS
 
 REDUCE = {0: lambda ts: torch.stack(ts).sum(0), 1: lambda ts: torch.stack(ts).prod(0),
           2: lambda ts: torch.stack(ts).amax(0), 3: lambda ts: torch.stack(ts).amin(0),

@@ -15,7 +15,7 @@ import time
 import torch
 import torch.distributed as dist
 
-from actorwire.actors._bench_nccl import local_rank_over_pipe
+from actorwire.actors.bench._nccl import local_rank_over_pipe
 
 
 def main() -> None:

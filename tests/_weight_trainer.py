@@ -27,8 +27,8 @@ def tiny_model(layers: int = 4, width: int = 16) -> torch.nn.Module:
 
 def main() -> None:
     from actorwire.actors import attach
-    from actorwire.actors._sender import WeightSender
-    from actorwire.actors._weights import ModuleSource, WeightSyncError, layerwise_groups
+    from actorwire.actors.weights._sender import WeightSender
+    from actorwire.actors.weights._plan import ModuleSource, WeightSyncError, layerwise_groups
 
     ap = argparse.ArgumentParser()
     ap.add_argument("out", type=pathlib.Path)
@@ -64,7 +64,7 @@ def main() -> None:
             with torch.no_grad():
                 for p in model.parameters():
                     p.mul_(1.5).add_(sync)
-            from actorwire.actors._weights import state_digest
+            from actorwire.actors.weights._plan import state_digest
 
             line = {"sync": sync, "expected": state_digest(model.state_dict())}
             try:

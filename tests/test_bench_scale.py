@@ -6,7 +6,7 @@ import io
 
 import pytest
 
-from actorwire.actors import _bench_scale
+from actorwire.actors.bench import _scale as _bench_scale
 
 
 @pytest.mark.slow

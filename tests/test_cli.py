@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from actorwire import __version__
-from actorwire.actors._cli import main
+from actorwire.actors.cli._main import main
 
 
 def test_messages_lists_every_kind(capsys: pytest.CaptureFixture[str]) -> None:

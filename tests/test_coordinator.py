@@ -9,7 +9,7 @@ import pytest
 
 from actorwire import messages as m
 from actorwire.actors import ActorHarness
-from actorwire.actors._coordinator import FINAL_EVAL, Coordinator
+from actorwire.actors.control._coordinator import FINAL_EVAL, Coordinator
 
 RUN = "run-1"
 
@@ -420,7 +420,7 @@ def test_a_live_run_ends_cleanly_and_the_coordinator_replays_exactly(tmp_path: p
     from _actors import ScriptedWorker
 
     from actorwire.actors import ActorSystem
-    from actorwire.actors._replay import replay
+    from actorwire.actors.runtime._replay import replay
 
     with ActorSystem(record=str(tmp_path), run_id=RUN) as system:
         inbox = system.inbox("main")

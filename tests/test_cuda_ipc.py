@@ -11,12 +11,12 @@ import pytest
 from conftest import stop_process
 
 from actorwire.messages import Plane, TensorRef
-from actorwire.transport._cuda_ipc import CudaIpcExporter, CudaIpcImporter, expandable_segments_on
+from actorwire.transport.planes._cuda_ipc import CudaIpcExporter, CudaIpcImporter, expandable_segments_on
 
 CONSUMER = """
 import sys, msgspec, torch
 from actorwire.messages import TensorRef
-from actorwire.transport._cuda_ipc import CudaIpcImporter
+from actorwire.transport.planes._cuda_ipc import CudaIpcImporter
 refs = msgspec.msgpack.decode(bytes.fromhex(sys.stdin.readline().strip()), type=dict[str, TensorRef])
 imp = CudaIpcImporter()
 views = {k: imp.open(r) for k, r in refs.items()}

@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from actorwire.messages import Plane, TensorRef
-from actorwire.transport._frames import FramesExporter, FramesImporter, handle_for
+from actorwire.transport.planes._frames import FramesExporter, FramesImporter, handle_for
 
 
 @pytest.fixture

@@ -9,7 +9,7 @@ import pytest
 
 from actorwire import messages as m
 from actorwire.actors import ActorHarness, ActorSystem
-from actorwire.actors._coordinator import Coordinator
+from actorwire.actors.control._coordinator import Coordinator
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 TESTS = str(pathlib.Path(__file__).parent)

@@ -7,7 +7,7 @@ import pathlib
 import pytest
 
 from actorwire import messages as m
-from actorwire.transport._logfile import (
+from actorwire.transport.recording._format import (
     INDEX_EVERY,
     MAGIC,
     Clock,

@@ -83,7 +83,7 @@ def test_cuda_ipc_between_processes_on_different_gpus() -> None:
     code = (
         "import sys, msgspec, torch\n"
         "from actorwire.messages import TensorRef\n"
-        "from actorwire.transport._cuda_ipc import CudaIpcImporter\n"
+        "from actorwire.transport.planes._cuda_ipc import CudaIpcImporter\n"
         "refs = msgspec.msgpack.decode(bytes.fromhex(sys.stdin.readline()), type=dict[str, TensorRef])\n"
         "src = CudaIpcImporter().open(refs['w'])\n"
         "dst = src.to('cuda:1')\n"
@@ -93,7 +93,7 @@ def test_cuda_ipc_between_processes_on_different_gpus() -> None:
     import msgspec
     import torch
 
-    from actorwire.transport._cuda_ipc import CudaIpcExporter
+    from actorwire.transport.planes._cuda_ipc import CudaIpcExporter
 
     w = torch.arange(1 << 20, dtype=torch.float32, device="cuda:0")
     exporter = CudaIpcExporter()

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from actorwire.actors._launch import LaunchEnv, first_host, launch_env
+from actorwire.actors.runtime._launch import LaunchEnv, first_host, launch_env
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 TRAIN = ROOT / "examples" / "multinode" / "train.py"

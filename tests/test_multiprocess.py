@@ -26,7 +26,7 @@ from actorwire.actors import (
     BackpressureTimeout,
     RuntimeConfig,
 )
-from actorwire.actors._launch import ChildSpec
+from actorwire.actors.runtime._launch import ChildSpec
 from actorwire.transport._endpoints import new_node_id
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
@@ -70,7 +70,7 @@ def attached(system: ActorSystem, actors: dict[str, str], *, takeover: bool = Fa
     """A process the system did not launch (like one started by torchrun): no exit detection."""
     spec = ChildSpec(join=system.endpoint, run_id=system.run_id, node_id=new_node_id(),
                      actors=[ActorSpec(name, target) for name, target in actors.items()], takeover=takeover)
-    proc = subprocess.Popen([sys.executable, "-m", "actorwire.actors._child", msgspec.json.encode(spec).decode()],
+    proc = subprocess.Popen([sys.executable, "-m", "actorwire.actors.runtime._child", msgspec.json.encode(spec).decode()],
                             env={**os.environ, **ENV, **(env or {})})
     for name in actors:
         system.wait_for(name, timeout=30)

@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from _fake_nccl import Fabric, FakeNccl
-from actorwire.actors._comm import CommError
-from actorwire.actors._nccl import CommTimeout, CommUnhealthy, NcclCommunicator, find_nccl
+from actorwire.transport.comm import CommError
+from actorwire.transport.comm import CommTimeout, CommUnhealthy, NcclCommunicator, find_nccl
 
 
 def comms(n: int, fabric: Fabric | None = None, **kw: Any) -> tuple[Fabric, list[NcclCommunicator]]:

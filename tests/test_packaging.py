@@ -44,7 +44,7 @@ def test_wheel_imports_in_a_fresh_venv(wheel: pathlib.Path, tmp_path: pathlib.Pa
     subprocess.run([str(py), "-m", "pip", "install", "--quiet", str(wheel)], check=True, timeout=500)
     code = (
         "import actorwire, actorwire.actors, actorwire.transport, actorwire.messages as m;"
-        "import actorwire.actors._cli;"
+        "import actorwire.actors.cli._main;"
         "assert m.decode_message(m.encode_message(m.Shutdown())) == m.Shutdown();"
         "print(actorwire.__version__)"
     )

@@ -14,9 +14,9 @@ from _actors import Echo, Roller
 
 from actorwire import messages as m
 from actorwire.actors import ActorSystem, Context, handler
-from actorwire.actors._logcli import Where, WhereError, collect_stats, perfetto_trace
-from actorwire.actors._replay import load_records, replay
-from actorwire.transport._logfile import In, Out
+from actorwire.actors.cli._log import Where, WhereError, collect_stats, perfetto_trace
+from actorwire.actors.runtime._replay import load_records, replay
+from actorwire.transport.recording._format import In, Out
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 TESTS = str(pathlib.Path(__file__).parent)

@@ -14,8 +14,8 @@ from conftest import stop_process
 import torch
 
 from actorwire.messages import Plane, TensorRef
-from actorwire.transport._planes import choose_plane
-from actorwire.transport._shm import ShmExporter, ShmImporter
+from actorwire.transport.planes._choose import choose_plane
+from actorwire.transport.planes._shm import ShmExporter, ShmImporter
 
 
 def test_group_is_packed_aligned_into_one_slot_and_read_back() -> None:
@@ -88,7 +88,7 @@ def test_close_unlinks_the_segments() -> None:
 
 CHILD = """
 import sys, torch
-from actorwire.transport._shm import ShmExporter
+from actorwire.transport.planes._shm import ShmExporter
 e = ShmExporter(slot_bytes=1 << 20, prefix=sys.argv[1])
 _, refs = e.export({"x": torch.ones(100)})
 print(refs["x"].handle.decode(), flush=True)
@@ -108,7 +108,7 @@ def test_a_dead_owner_leaks_no_segment() -> None:
         assert path.exists()
         # Another process reads it while the owner lives.
         read = subprocess.run([sys.executable, "-c",
-                               "import sys,torch; from actorwire.transport._shm import ShmImporter;"
+                               "import sys,torch; from actorwire.transport.planes._shm import ShmImporter;"
                                "from actorwire.messages import TensorRef, Plane;"
                                f"r=TensorRef(dtype='float32',shape=[100],stride=[1],plane=Plane.SHM,"
                                f"handle=b'{name}',nbytes=400);"

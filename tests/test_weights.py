@@ -6,10 +6,10 @@ import pytest
 import torch
 
 from actorwire import messages as m
-from actorwire.actors._consumer import WeightConsumer
-from actorwire.actors._producer import WeightProducer
-from actorwire.actors._testkit import ActorHarness
-from actorwire.actors._weights import (
+from actorwire.actors.weights._consumer import WeightConsumer
+from actorwire.actors.weights._producer import WeightProducer
+from actorwire.actors.testing import ActorHarness
+from actorwire.actors.weights._plan import (
     ModuleSource,
     ParamMeta,
     WeightPlan,
@@ -20,8 +20,8 @@ from actorwire.actors._weights import (
     names_digest,
     resolve_ownership,
 )
-from actorwire.transport import _local
-from actorwire.transport._serve import ServeRing, TensorImporter
+from actorwire.transport.planes import _local
+from actorwire.transport.planes._serve import ServeRing, TensorImporter
 
 SENDER = "weights/sender/0"
 P0, P1 = "weights/producer/0", "weights/producer/1"

@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from actorwire.actors import ActorSystem, CommError, Coordinator, Worker, WorkerError
-from actorwire.actors._consumer import WeightConsumer
-from actorwire.actors._weights import single_rank_plan, state_digest
+from actorwire.actors.weights._consumer import WeightConsumer
+from actorwire.actors.weights._plan import single_rank_plan, state_digest
 
 
 def model() -> torch.nn.Module:
@@ -82,7 +82,7 @@ class FlakyComm:
 @pytest.mark.timeout(60)
 def test_a_failed_collective_nobody_re_forms_is_reported_and_the_group_is_re_formed(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    from actorwire.actors import _worker
+    from actorwire.actors.control import _worker
 
     monkeypatch.setattr(_worker, "_SESSION_WAIT_S", 0.5)
     net, comm = model(), FlakyComm()

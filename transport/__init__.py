@@ -6,8 +6,8 @@ tensor planes.  Imports ``actorwire.messages``, never ``actorwire.actors``.
 
 from __future__ import annotations
 
-from ._config import RuntimeConfig
-from ._errors import (
+from actorwire.transport._config import RuntimeConfig
+from actorwire.transport._errors import (
     ActorDead,
     AskTimeout,
     BackpressureTimeout,
@@ -18,10 +18,10 @@ from ._errors import (
     UnknownActor,
     WouldBlock,
 )
-from ._log import configure_logging, get_logger
-from ._mailbox import Mailbox
-from ._node import BlockingReply, Node
-from ._registry import Registry, RegistryError
+from actorwire.transport._log import configure_logging, get_logger
+from actorwire.transport._mailbox import Mailbox
+from actorwire.transport._node import BlockingReply, Node
+from actorwire.transport._registry import Registry, RegistryError
 
 __all__ = [
     "configure_logging", "get_logger", "RuntimeConfig", "Mailbox", "Node", "BlockingReply", "Registry", "RegistryError",

@@ -72,3 +72,15 @@ def pick_endpoint(endpoints: list[str], peer_host: str, my_host: str, *, prefer_
         if is_tcp(endpoint):
             return endpoint
     return endpoints[0]
+
+
+def local_address_towards(host: str) -> str:
+    """The local address this host would use to reach ``host`` (no packet is sent)."""
+    if host in ("127.0.0.1", "localhost", "::1", "*", "0.0.0.0"):
+        return "127.0.0.1"
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        try:
+            probe.connect((host, 9))
+            return probe.getsockname()[0]
+        except OSError:
+            return "0.0.0.0"

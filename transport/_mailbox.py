@@ -12,7 +12,7 @@ import threading
 import time
 from typing import Generic, TypeVar
 
-from ._errors import SystemClosed
+from actorwire.transport._errors import SystemClosed
 
 T = TypeVar("T")
 

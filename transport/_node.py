@@ -76,10 +76,17 @@ from actorwire.messages import (
     Welcome,
 )
 
-from ._config import RuntimeConfig
-from ._endpoints import ipc_endpoint, is_tcp, new_node_id, pick_endpoint, tcp_host
-from ._security import ZAP_ENDPOINT, Security
-from ._errors import (
+from actorwire.transport._config import RuntimeConfig
+from actorwire.transport._endpoints import (
+    ipc_endpoint,
+    is_tcp,
+    local_address_towards,
+    new_node_id,
+    pick_endpoint,
+    tcp_host,
+)
+from actorwire.transport._security import ZAP_ENDPOINT, Security
+from actorwire.transport._errors import (
     ActorDead,
     AskTimeout,
     BackpressureTimeout,
@@ -89,8 +96,8 @@ from ._errors import (
     UnknownActor,
     WouldBlock,
 )
-from ._log import get_logger
-from ._registry import Registry, RegistryError
+from actorwire.transport._log import get_logger
+from actorwire.transport._registry import Registry, RegistryError
 
 #: deliver(envelope, message, source, timeout) -> accepted.  ``source`` is the
 #: sending node's id, or None for a sender in this process; ``timeout`` is how
@@ -213,7 +220,7 @@ class Node:
         if root_endpoint is not None and is_tcp(root_endpoint):
             self._security.check_tcp(tcp_host(root_endpoint), f"the root endpoint {root_endpoint}")
         if bind_tcp is None and root_endpoint is not None and is_tcp(root_endpoint):
-            bind_tcp = f"tcp://{_local_address_towards(tcp_host(root_endpoint))}:0"
+            bind_tcp = f"tcp://{local_address_towards(tcp_host(root_endpoint))}:0"
         if bind_tcp is not None:
             self._security.check_tcp(tcp_host(bind_tcp), f"the bind address {bind_tcp}")
 
@@ -1298,15 +1305,3 @@ def _drain_pipe(fd: int) -> None:
             os.read(fd, 4096)
     except BlockingIOError:
         pass
-
-
-def _local_address_towards(host: str) -> str:
-    """The local address this host would use to reach ``host`` (no packet is sent)."""
-    if host in ("127.0.0.1", "localhost", "::1", "*", "0.0.0.0"):
-        return "127.0.0.1"
-    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
-        try:
-            probe.connect((host, 9))
-            return probe.getsockname()[0]
-        except OSError:
-            return "0.0.0.0"

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 
-from actorwire.actors._cli import main
+from actorwire.actors.cli._main import main
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -1,0 +1,43 @@
+"""``actorwire bench record``: the cost of recording, and how fast logs read.
+
+* ``record.tell.ipc``: Batch tells between two processes handled per second
+  with every actor recorded, against the same run with recording off.
+* ``record.read``: records per second through ``actorwire log stats``'s reader.
+"""
+
+from __future__ import annotations
+
+import shutil
+import sys
+import tempfile
+import time
+from typing import Any
+
+from actorwire.actors.bench._harness import Result
+from actorwire.actors.bench._bus import Sink, _measure_tell
+from actorwire.actors.cli._log import collect_stats
+
+
+def _tell_rate(n: int, record: str | None) -> float:
+    from actorwire.actors.runtime._system import ActorSystem
+
+    with ActorSystem(record=record) as system:
+        inbox = system.inbox("bench")
+        system.spawn(Sink(n, "bench"), "sink")
+        system.spawn_process({"flooder": "actorwire.actors.bench._bus:Flooder"})
+        return _measure_tell(system, inbox, "flooder", n)
+
+
+def run(n: int = 200_000, progress: Any = sys.stderr) -> list[Result]:
+    directory = tempfile.mkdtemp(prefix="actorwire-bench-record-")
+    try:
+        off = _tell_rate(n, None)
+        on = _tell_rate(n, directory)
+        results = [Result.against("record.tell.ipc", on, "msg/s", off, ">= 0.85 of off")]
+        t0 = time.perf_counter()
+        stats = collect_stats([directory])
+        dt = time.perf_counter() - t0
+        results.append(Result.against("record.read", stats["records"] / dt, "rec/s", None, ">= 500k rec/s"))
+        return results
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)

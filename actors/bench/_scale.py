@@ -1,0 +1,192 @@
+"""``actorwire bench scale``: one coordinator, many simulated workers.
+
+The coordinator actor runs in this process, as in a real run.  The workers
+are simulated by a few processes, each multiplexing its share of ranks: every
+rank is a named inbox (``worker/R``) that joins, reports a ``Batch`` ten
+times a second and a ``Heartbeat`` every second, answers ``SyncNow`` and
+``ExecuteEval``, reports ``MetricsMsg`` at the end of its slice, and leaves
+on ``Shutdown``, all driven by one loop per process.
+
+Reported:
+
+* ``scale.workers``: workers sustained: the run completed every epoch with
+  every rank alive, no epoch took more than 1.2x its nominal length at 10 Hz
+  (``scale.epoch_ms``, the slowest epoch as the coordinator measured it), and
+  the coordinator's process stayed under one core (otherwise the value is 0
+  and the row says what fell short).  Target 1,000 on a 2-core machine.
+* ``scale.coordinator_cpu``: CPU used by the coordinator's process (its
+  actor and its I/O thread), in cores, over the run.  Target under 1.
+* ``scale.batch_rate``: Batch messages per second the simulated ranks got to
+  send (they keep their 10 Hz only while the coordinator keeps up with
+  epochs and syncs), against the nominal ``workers * 10``.
+* ``scale.aggregation_ms``: per epoch, from the last rank's ``MetricsMsg``
+  leaving its process to ``EpochMetrics`` arriving here (median over epochs).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from typing import Any
+
+from actorwire import messages as m
+
+from actorwire.actors.bench._harness import Result
+
+RATE_HZ = 10.0
+
+
+def _simulate(first: int, count: int, world: int, run_id: str, batches: int) -> None:
+    """Child: ranks ``first .. first+count-1`` as inboxes driven by one loop; prints JSON events."""
+    from actorwire.actors.runtime._launch import attach
+
+    system = attach()
+    boxes = {r: system.inbox(f"worker/{r}") for r in range(first, first + count)}
+    for r, box in boxes.items():
+        reply = box.ask("coordinator", m.JoinRequest(rank=r, world_size=world, run_id=run_id, model_signature="s"),
+                        timeout=120)
+        if not isinstance(reply, m.JoinAccepted):
+            print(json.dumps({"error": f"rank {r} refused: {reply}"}), flush=True)
+            return
+    left = {r: 0 for r in boxes}       # batches still to do in the current slice
+    slices = {r: 0 for r in boxes}     # ExtendPartition slices taken this epoch
+    epoch = {r: 0 for r in boxes}
+    steps = {r: 0 for r in boxes}
+    began = {r: 0.0 for r in boxes}
+    done: set[int] = set()
+    period, next_tick, next_beat = 1.0 / RATE_HZ, time.monotonic(), time.monotonic()
+    sent = 0
+    started = time.monotonic()
+    while len(done) < len(boxes):
+        now = time.monotonic()
+        for r, box in boxes.items():
+            for got in box.drain():
+                msg = got.message
+                if isinstance(msg, m.StartEpoch):
+                    epoch[r], left[r], slices[r] = msg.epoch, msg.partition_size, 0  # one sample per batch
+                    began[r] = now
+                elif isinstance(msg, m.ExtendPartition):
+                    left[r] += msg.partition_size
+                    slices[r] += 1
+                elif isinstance(msg, m.SyncNow):
+                    box.tell("coordinator", m.SyncAck(rank=r, step_count=steps[r]))
+                elif isinstance(msg, m.ExecuteEval):
+                    box.tell("coordinator", m.EvalResult(rank=r, schedule_id=msg.schedule_id, epoch=msg.epoch,
+                                                         metric=0.5, elapsed_ms=0.1))
+                elif isinstance(msg, m.RequestNewNcclId):
+                    box.tell("coordinator", m.NewNcclIdGenerated(rank=r, uid=b"sim", attempt=msg.attempt))
+                elif isinstance(msg, (m.Shutdown, m.ShutdownWithSave)):
+                    box.tell("coordinator", m.Exiting(rank=r))
+                    done.add(r)
+        if now >= next_tick:
+            next_tick += period
+            for r, box in boxes.items():
+                if left[r] > 0 and r not in done:
+                    steps[r] += 1
+                    left[r] -= 1
+                    box.tell("coordinator", m.Batch(rank=r, batch_ms=period * 1000, step_count=steps[r],
+                                                    batch_loss=1.0))
+                    sent += 1
+                    if left[r] == 0:
+                        box.tell("coordinator", m.MetricsMsg(rank=r, epoch=epoch[r], avg_loss=1.0,
+                                                             batches_processed=steps[r],
+                                                             epoch_ms=(time.monotonic() - began[r]) * 1000,
+                                                             samples_processed=steps[r],
+                                                             extensions=slices[r]))
+                        print(json.dumps({"metrics": epoch[r], "t": time.monotonic()}), flush=True)
+        if now >= next_beat:
+            next_beat += 1.0
+            for r, box in boxes.items():
+                if r not in done:
+                    box.tell("coordinator", m.Heartbeat(rank=r, step_count=steps[r]))
+        time.sleep(max(0.0, min(next_tick, next_beat) - time.monotonic()))
+    print(json.dumps({"sent": sent, "seconds": time.monotonic() - started}), flush=True)
+    system.shutdown()
+
+
+def _cpu_seconds() -> float:
+    t = os.times()
+    return t.user + t.system
+
+
+def run(workers: int = 1000, processes: int = 4, epochs: int = 3, seconds_per_epoch: float = 3.0,
+        progress: Any = sys.stderr) -> list[Result]:
+    from actorwire.actors.control._coordinator import Coordinator
+    from actorwire.actors.runtime._system import ActorSystem
+
+    batches = int(seconds_per_epoch * RATE_HZ)
+    per = -(-workers // processes)
+    with ActorSystem() as system:
+        inbox = system.inbox("main")
+        coordinator = Coordinator(world_size=workers, run_id=system.run_id, num_epochs=epochs,
+                                  dataset_size=workers * batches, batch_size=1, sync_every=20,
+                                  eval_every=0, final_eval=False, staleness_timeout=30.0, join_timeout=300.0,
+                                  metrics_sink="main", tick_interval=0.5)
+        system.spawn(coordinator, "coordinator")
+        inbox.watch("coordinator")
+        children = []
+        for i in range(processes):
+            first = i * per
+            count = min(per, workers - first)
+            if count <= 0:
+                break
+            children.append(subprocess.Popen(
+                [sys.executable, "-m", "actorwire.actors.bench._scale", str(first), str(count), str(workers),
+                 system.run_id, str(batches)],
+                env={**os.environ, "ACTORWIRE_JOIN": system.endpoint, "ACTORWIRE_RUN_ID": system.run_id},
+                stdout=subprocess.PIPE, text=True))
+        print(f"  scale: {workers} simulated workers in {len(children)} processes, {epochs} epochs", file=progress)
+        cpu0, wall0 = _cpu_seconds(), time.monotonic()
+        arrived: dict[int, float] = {}
+        epoch_ms: list[float] = []
+        while True:
+            got = inbox.get(timeout=120)
+            if got is None:
+                break
+            if isinstance(got.message, m.EpochMetrics):
+                arrived[got.message.epoch] = time.monotonic()
+                epoch_ms.append(got.message.epoch_ms)
+                print(f"  scale: epoch {got.message.epoch} aggregated", file=progress)
+            elif isinstance(got.message, m.Down):
+                break
+        cpu, wall = _cpu_seconds() - cpu0, time.monotonic() - wall0
+        last_metrics: dict[int, float] = {}
+        sent = 0
+        seconds = 0.0
+        for child in children:
+            out, _ = child.communicate(timeout=120)
+            for line in out.splitlines():
+                row = json.loads(line)
+                if "metrics" in row:
+                    last_metrics[row["metrics"]] = max(last_metrics.get(row["metrics"], 0.0), row["t"])
+                elif "sent" in row:
+                    sent += row["sent"]
+                    seconds = max(seconds, row["seconds"])
+                elif "error" in row:
+                    print(f"  scale: {row['error']}", file=progress)
+        lost = [r for r, st in coordinator.ranks.items() if not st.alive and not st.exited]
+        complete = len(arrived) == epochs and not lost and coordinator.saved is None
+    offered = workers * RATE_HZ
+    cores = cpu / wall if wall else 0.0
+    nominal_ms = seconds_per_epoch * 1000
+    slowest = max(epoch_ms) if epoch_ms else float("inf")
+    sustained = complete and cores < 1.0 and slowest <= 1.2 * nominal_ms
+    latencies = [(arrived[e] - last_metrics[e]) * 1000 for e in arrived if e in last_metrics]
+    note = "" if sustained else (f"NOT sustained: {len(arrived)}/{epochs} epochs aggregated, {len(lost)} ranks "
+                                 f"lost, coordinator {cores:.2f} cores, slowest epoch {slowest:.0f} ms")
+    return [
+        Result.against("scale.workers", workers if sustained else 0, "workers", None, note or ">= 1000 on 2 cores"),
+        Result.against("scale.coordinator_cpu", cores, "cores", None, "< 1 core"),
+        Result.against("scale.epoch_ms", slowest, "ms", nominal_ms, "<= 1.2 x nominal (10 Hz)"),
+        Result.against("scale.batch_rate", sent / seconds if seconds else 0.0, "Batch/s", offered),
+        Result.against("scale.aggregation_ms", statistics.median(latencies) if latencies else float("nan"), "ms",
+                       None),
+    ]
+
+
+if __name__ == "__main__":
+    _simulate(int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], int(sys.argv[5]))

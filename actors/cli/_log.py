@@ -1,0 +1,531 @@
+"""``actorwire log show|stats|tail|export`` and ``actorwire replay``: reading recordings.
+
+Logs of several actors are merged in wall-clock order (``wall_ns``: the only
+clock that means the same thing on every host).  Filters compose: actor
+globs, kinds, a time window relative to the first record, a correlation id,
+and ``--where`` with a small, safe expression language over the message's
+fields and the envelope's (``rank == 3 and batch_ms > 50``; no function calls,
+no attribute access, nothing that runs code).
+"""
+
+from __future__ import annotations
+
+import argparse
+import ast
+import fnmatch
+import heapq
+import json
+import operator
+import os
+import pathlib
+import sys
+import time
+from collections import Counter, defaultdict
+from collections.abc import Iterator
+from typing import Any, Union
+
+import msgspec
+
+from actorwire.transport.recording._format import (
+    CorruptRecord,
+    In,
+    LogFormatError,
+    Out,
+    Segment,
+    actor_logs,
+    file_size,
+)
+
+# -- reading -------------------------------------------------------------------
+
+
+class _Progress:
+    """A one-line progress bar on stderr, only on a TTY and only for large reads."""
+
+    def __init__(self, total: int, label: str) -> None:
+        self.total = total
+        self.done = 0
+        self.label = label
+        self.enabled = sys.stderr.isatty() and total > 8 * 1024 * 1024
+        self._last = 0.0
+
+    def advance(self, n: int) -> None:
+        self.done += n
+        now = time.monotonic()
+        if self.enabled and now - self._last > 0.1:
+            self._last = now
+            pct = 100 * self.done / max(1, self.total)
+            print(f"\r{self.label} {pct:5.1f}% ({self.done >> 20} of {self.total >> 20} MiB)", end="",
+                  file=sys.stderr, flush=True)
+
+    def close(self) -> None:
+        if self.enabled:
+            print("\r" + " " * 60 + "\r", end="", file=sys.stderr, flush=True)
+
+
+def _segments(paths: list[str]) -> dict[pathlib.Path, list[pathlib.Path]]:
+    return actor_logs(paths)
+
+
+def iter_actor(segments: list[pathlib.Path], *, skip_corrupt: bool, progress: _Progress) -> Iterator[tuple[str, Any]]:
+    """``(actor name, record)`` for every record of one actor, in order."""
+    for path in segments:
+        segment = Segment(path)
+        for _, record in segment.records(skip_corrupt=skip_corrupt):
+            yield segment.header.actor, record
+        progress.advance(len(segment.data))
+
+
+def _time(record: Any) -> int:
+    return getattr(record, "wall_ns", 0)
+
+
+def _in_time_order(records: Iterator[tuple[str, Any]]) -> Iterator[tuple[str, Any]]:
+    """One actor's In and Out records in wall-clock order.
+
+    An ``In`` is written when its handler returns, after the sends it made;
+    those sends are held back until their ``In`` comes, then follow it.
+    """
+    held: list[tuple[str, Any]] = []
+    for actor, record in records:
+        if isinstance(record, Out):
+            if record.index == 0:  # sent from on_start: no In to wait for
+                yield actor, record
+            else:
+                held.append((actor, record))
+        elif isinstance(record, In):
+            yield actor, record
+            keep = []
+            for item in held:
+                if item[1].index == record.index:
+                    yield item
+                else:
+                    keep.append(item)
+            held = keep
+    yield from held
+
+
+def merged(paths: list[str], *, skip_corrupt: bool, progress: _Progress) -> Iterator[tuple[str, Any]]:
+    """In and Out records of every actor under ``paths``, merged by wall clock."""
+    streams = [
+        _in_time_order(iter_actor(segments, skip_corrupt=skip_corrupt, progress=progress))
+        for segments in _segments(paths).values()
+    ]
+    return heapq.merge(*streams, key=lambda item: _time(item[1]))
+
+
+# -- --where -------------------------------------------------------------------
+
+_CMP = {ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt, ast.LtE: operator.le,
+        ast.Gt: operator.gt, ast.GtE: operator.ge, ast.In: lambda a, b: a in b,
+        ast.NotIn: lambda a, b: a not in b}
+_BIN = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
+        ast.Mod: operator.mod}
+_MISSING = object()
+
+
+class WhereError(ValueError):
+    """A ``--where`` expression uses something the language does not have."""
+
+
+class Where:
+    """A compiled ``--where`` expression; fields missing from a record make it false."""
+
+    def __init__(self, text: str) -> None:
+        try:
+            self.tree = ast.parse(text, mode="eval").body
+        except SyntaxError as exc:
+            raise WhereError(f"--where: {exc.msg} in {text!r}") from None
+        self._check(self.tree)
+        self.text = text
+
+    def _check(self, node: ast.AST) -> None:
+        allowed = (ast.BoolOp, ast.And, ast.Or, ast.UnaryOp, ast.Not, ast.USub, ast.Compare, ast.Name,
+                   ast.Load, ast.Constant, ast.BinOp, ast.Tuple, ast.List, *_CMP, *_BIN)
+        for sub in ast.walk(node):
+            if not isinstance(sub, allowed):
+                raise WhereError(f"--where: `{type(sub).__name__}` is not allowed (fields, constants, "
+                                 f"comparisons, and/or/not, + - * / % only)")
+
+    def __call__(self, fields: dict[str, Any]) -> bool:
+        try:
+            return bool(self._eval(self.tree, fields))
+        except (TypeError, KeyError, ZeroDivisionError):
+            return False
+
+    def _eval(self, node: ast.AST, fields: dict[str, Any]) -> Any:
+        if isinstance(node, ast.Constant):
+            return node.value
+        if isinstance(node, ast.Name):
+            value = fields.get(node.id, _MISSING)
+            if value is _MISSING:
+                raise KeyError(node.id)
+            return value
+        if isinstance(node, ast.BoolOp):
+            values = (self._eval(v, fields) for v in node.values)
+            return all(values) if isinstance(node.op, ast.And) else any(values)
+        if isinstance(node, ast.UnaryOp):
+            value = self._eval(node.operand, fields)
+            return (not value) if isinstance(node.op, ast.Not) else -value
+        if isinstance(node, ast.BinOp):
+            return _BIN[type(node.op)](self._eval(node.left, fields), self._eval(node.right, fields))
+        if isinstance(node, (ast.Tuple, ast.List)):
+            return [self._eval(e, fields) for e in node.elts]
+        if isinstance(node, ast.Compare):
+            left = self._eval(node.left, fields)
+            for op, comparator in zip(node.ops, node.comparators):
+                right = self._eval(comparator, fields)
+                if not _CMP[type(op)](left, right):
+                    return False
+                left = right
+            return True
+        raise WhereError(f"--where: unsupported `{type(node).__name__}`")
+
+
+# -- show ----------------------------------------------------------------------
+
+
+def _row(actor: str, record: Any) -> dict[str, Any]:
+    message = record.message
+    if isinstance(record, In):
+        env = record.envelope
+        row = {"wall_ns": record.wall_ns, "actor": actor, "dir": "in", "peer": env.sender, "seq": env.seq,
+               "correlation_id": env.correlation_id, "index": record.index}
+    else:
+        row = {"wall_ns": record.wall_ns, "actor": actor, "dir": record.how, "peer": record.target,
+               "seq": record.seq, "correlation_id": record.correlation_id, "index": record.index}
+    row["kind"] = type(message).wire_tag()
+    row["message"] = msgspec.to_builtins(message)
+    return row
+
+
+_COLORS = {"in": "\033[32m", "tell": "\033[36m", "ask": "\033[35m", "reply": "\033[33m"}
+
+
+def cmd_show(args: argparse.Namespace) -> int:
+    where = Where(args.where) if args.where else None
+    progress = _Progress(sum(file_size(s) for s in _segments(args.paths).values()), "reading")
+    color = sys.stdout.isatty() and not args.json and not os.environ.get("NO_COLOR")
+    first: int | None = None
+    shown = 0
+    try:
+        for actor, record in merged(args.paths, skip_corrupt=args.skip_corrupt, progress=progress):
+            first = first if first is not None else record.wall_ns
+            t = (record.wall_ns - first) / 1e9
+            if args.since is not None and t < args.since or args.until is not None and t > args.until:
+                continue
+            if args.actor and not any(fnmatch.fnmatchcase(actor, p) for p in args.actor):
+                continue
+            kind = type(record.message).wire_tag()
+            if args.kind and kind not in args.kind and type(record.message).__name__ not in args.kind:
+                continue
+            row = _row(actor, record)
+            if args.corr is not None and row["correlation_id"] != args.corr:
+                continue
+            if where is not None:
+                fields = {**row["message"], "actor": actor, "peer": row["peer"], "kind": kind,
+                          "seq": row["seq"], "correlation_id": row["correlation_id"], "t": t}
+                if not where(fields):
+                    continue
+            shown += 1
+            if args.json:
+                print(json.dumps(row))
+                continue
+            arrow = "<-" if row["dir"] == "in" else "->"
+            body = " ".join(f"{k}={v}" for k, v in row["message"].items() if k != "type")
+            corr = f" corr={row['correlation_id']}" if row["correlation_id"] else ""
+            line = f"{t:10.6f}  {actor:<16} {arrow} {row['peer']:<16} {row['dir']:<5} {kind:<18}{corr} {body}"
+            if color:
+                line = f"{_COLORS.get(row['dir'], '')}{line}\033[0m"
+            print(line)
+    finally:
+        progress.close()
+    if not args.json:
+        print(f"({shown} records)", file=sys.stderr)
+    return 0
+
+
+# -- stats ---------------------------------------------------------------------
+
+
+class _EnvView(msgspec.Struct, array_like=True):
+    version: int
+    sender: str
+
+
+class _BodyView(msgspec.Struct):
+    type: str = "?"
+
+
+class _InView(msgspec.Struct, array_like=True, tag="i"):
+    index: int
+    start_ns: int
+    wall_ns: int
+    envelope: _EnvView
+    message: _BodyView
+    end_ns: int = 0
+
+
+class _DoneView(msgspec.Struct, array_like=True, tag="d"):
+    index: int
+    end_ns: int
+
+
+def _other(tag: str) -> type:
+    return msgspec.defstruct(f"_View_{tag}", [], array_like=True, tag=tag)
+
+
+#: Stats read only a few fields; msgspec skips the rest without building them (2x faster).
+_STATS_DECODER = msgspec.msgpack.Decoder(
+    Union[_InView, _DoneView, _other("b"), _other("o"), _other("c"), _other("r"), _other("e")]  # type: ignore[misc]
+)
+
+
+def collect_stats(paths: list[str], *, skip_corrupt: bool = False) -> dict[str, Any]:
+    """Counts, rates and sizes per kind and per actor pair, gaps and slowest handlers."""
+    logs = _segments(paths)
+    progress = _Progress(sum(file_size(s) for s in logs.values()), "reading")
+    kinds: Counter[str] = Counter()
+    kind_bytes: Counter[str] = Counter()
+    pairs: Counter[tuple[str, str]] = Counter()
+    gaps: list[tuple[float, str, int]] = []
+    slow: list[tuple[float, str, int, str]] = []
+    records = 0
+    first = last = None
+    decode = _STATS_DECODER.decode
+    for segments in logs.values():
+        starts: dict[int, tuple[int, str]] = {}
+        prev_wall: int | None = None
+        actor = ""
+        for path in segments:
+            segment = Segment(path)
+            actor = segment.header.actor
+            for offset, payload in segment.records(skip_corrupt=skip_corrupt, raw=True):
+                records += 1
+                try:
+                    view = decode(payload)
+                except msgspec.DecodeError as exc:
+                    if skip_corrupt:
+                        continue
+                    raise CorruptRecord(path, offset, f"undecodable record: {exc}") from None
+                if type(view) is _InView:
+                    kind = view.message.type
+                    kinds[kind] += 1
+                    kind_bytes[kind] += len(payload)
+                    pairs[(view.envelope.sender, actor)] += 1
+                    if view.end_ns:
+                        slow.append(((view.end_ns - view.start_ns) / 1e6, actor, view.index, kind))
+                    else:
+                        starts[view.index] = (view.start_ns, kind)
+                    wall_ns = view.wall_ns
+                    if prev_wall is not None:
+                        gaps.append(((wall_ns - prev_wall) / 1e9, actor, view.index))
+                    prev_wall = wall_ns
+                    first = wall_ns if first is None else min(first, wall_ns)
+                    last = wall_ns if last is None else max(last, wall_ns)
+                elif type(view) is _DoneView:
+                    start = starts.pop(view.index, None)
+                    if start is not None:
+                        slow.append(((view.end_ns - start[0]) / 1e6, actor, view.index, start[1]))
+            progress.advance(len(segment.data))
+    progress.close()
+    span = (last - first) / 1e9 if first is not None and last is not None and last > first else 0.0
+    return {
+        "records": records,
+        "span_s": span,
+        "kinds": {k: {"count": n, "rate_per_s": n / span if span else None, "bytes": kind_bytes[k]}
+                  for k, n in kinds.most_common()},
+        "pairs": [{"sender": s, "target": t, "count": n} for (s, t), n in pairs.most_common()],
+        "largest_gaps": [{"seconds": g, "actor": a, "index": i} for g, a, i in heapq.nlargest(5, gaps)],
+        "slowest_handlers": [{"ms": ms, "actor": a, "index": i, "kind": k}
+                             for ms, a, i, k in heapq.nlargest(10, slow)],
+    }
+
+
+def cmd_stats(args: argparse.Namespace) -> int:
+    stats = collect_stats(args.paths, skip_corrupt=args.skip_corrupt)
+    if args.json:
+        print(json.dumps(stats, indent=2))
+        return 0
+    print(f"{stats['records']} records over {stats['span_s']:.3f} s")
+    print(f"\n{'kind':<24} {'count':>9} {'rate/s':>10} {'bytes':>10}")
+    for kind, k in stats["kinds"].items():
+        rate = f"{k['rate_per_s']:.1f}" if k["rate_per_s"] is not None else "-"
+        print(f"{kind:<24} {k['count']:>9} {rate:>10} {k['bytes']:>10}")
+    print(f"\n{'sender':<24} {'target':<24} {'count':>9}")
+    for p in stats["pairs"]:
+        print(f"{p['sender']:<24} {p['target']:<24} {p['count']:>9}")
+    print("\nlargest gaps between messages:")
+    for g in stats["largest_gaps"]:
+        print(f"  {g['seconds']:.3f} s  {g['actor']} before message {g['index']}")
+    print("\nslowest handlers:")
+    for h in stats["slowest_handlers"]:
+        print(f"  {h['ms']:.3f} ms  {h['actor']} message {h['index']} ({h['kind']})")
+    return 0
+
+
+# -- tail ----------------------------------------------------------------------
+
+
+def cmd_tail(args: argparse.Namespace) -> int:
+    """Print new records of one actor's log as they are written (until interrupted or --for)."""
+    logs = _segments([args.path])
+    if len(logs) != 1:
+        print("actorwire log tail: give one actor's log directory or segment", file=sys.stderr)
+        return 2
+    (directory,) = logs
+    seen: dict[pathlib.Path, int] = {}
+    deadline = None if args.seconds is None else time.monotonic() + args.seconds
+    shown = 0
+    while True:
+        for path in sorted(directory.glob("seg-*.awlog")):
+            try:
+                segment = Segment(path)
+            except LogFormatError:
+                continue  # a segment being created
+            done = seen.get(path, 0)
+            records = [(o, r) for o, r in segment.records(skip_corrupt=args.skip_corrupt) if o >= done]
+            for offset, record in records:
+                if isinstance(record, (In, Out)):
+                    row = _row(segment.header.actor, record)
+                    print(json.dumps(row) if args.json else
+                          f"{row['actor']} {'<-' if row['dir'] == 'in' else '->'} {row['peer']} {row['kind']} "
+                          f"{row['message']}", flush=True)
+                    shown += 1
+                seen[path] = offset + 1
+        if not args.follow or (deadline is not None and time.monotonic() > deadline):
+            return 0
+        time.sleep(0.2)
+
+
+# -- export --------------------------------------------------------------------
+
+
+def perfetto_trace(paths: list[str], *, skip_corrupt: bool = False) -> dict[str, Any]:
+    """Chrome trace-event JSON: a track per actor, handlers as slices, send->receive flow arrows."""
+    logs = _segments(paths)
+    events: list[dict[str, Any]] = []
+    actors: dict[str, int] = {}
+    sends: dict[tuple[str, str, int], int] = {}
+    receives: list[tuple[str, In, int, float]] = []
+    origin: int | None = None
+    progress = _Progress(sum(file_size(s) for s in logs.values()), "exporting")
+    per_actor: dict[str, list[Any]] = defaultdict(list)
+    for segments in logs.values():
+        for actor, record in iter_actor(segments, skip_corrupt=skip_corrupt, progress=progress):
+            per_actor[actor].append(record)
+            if isinstance(record, In):
+                origin = record.wall_ns if origin is None else min(origin, record.wall_ns)
+    progress.close()
+    origin = origin or 0
+    flow_ids = iter(range(1, 1 << 62))
+    for tid, (actor, records) in enumerate(sorted(per_actor.items()), start=1):
+        actors[actor] = tid
+        events.append({"ph": "M", "name": "thread_name", "pid": 1, "tid": tid, "args": {"name": actor}})
+        for record in records:
+            if isinstance(record, In):
+                ts = (record.wall_ns - origin) / 1e3
+                dur = max(0.001, (record.end_ns - record.start_ns) / 1e3) if record.end_ns else 0.001
+                kind = type(record.message).wire_tag()
+                events.append({"ph": "X", "name": kind, "cat": "handler", "pid": 1, "tid": tid, "ts": ts,
+                               "dur": dur, "args": {"from": record.envelope.sender, "seq": record.envelope.seq,
+                                                    "index": record.index,
+                                                    **({"error": record.error} if record.error else {})}})
+                receives.append((actor, record, tid, ts))
+            elif isinstance(record, Out):
+                ts = (record.wall_ns - origin) / 1e3
+                flow = next(flow_ids)
+                sends[(actor, record.target, record.seq)] = flow
+                events.append({"ph": "s", "name": type(record.message).wire_tag(), "cat": "message", "id": flow,
+                               "pid": 1, "tid": tid, "ts": ts})
+                if type(record.message).__name__ == "PublishGroup":
+                    events.append({"ph": "X", "name": "publish", "cat": "tensor", "pid": 2, "tid": 1, "ts": ts,
+                                   "dur": 1.0, "args": {"from": actor}})
+    for actor, start, tid, ts in receives:
+        flow = sends.get((start.envelope.sender, actor, start.envelope.seq))
+        if flow is not None:
+            events.append({"ph": "f", "bp": "e", "name": type(start.message).wire_tag(), "cat": "message",
+                           "id": flow, "pid": 1, "tid": tid, "ts": ts})
+    # Drop flow starts nobody received (e.g. to actors that were not recorded).
+    finished = {e["id"] for e in events if e["ph"] == "f"}
+    events = [e for e in events if e["ph"] != "s" or e["id"] in finished]
+    events.insert(0, {"ph": "M", "name": "process_name", "pid": 1, "args": {"name": "actors"}})
+    events.insert(1, {"ph": "M", "name": "process_name", "pid": 2, "args": {"name": "tensor planes"}})
+    return {"traceEvents": events, "displayTimeUnit": "ms"}
+
+
+def cmd_export(args: argparse.Namespace) -> int:
+    trace = perfetto_trace(args.paths, skip_corrupt=args.skip_corrupt)
+    pathlib.Path(args.perfetto).write_text(json.dumps(trace))
+    slices = sum(1 for e in trace["traceEvents"] if e["ph"] == "X")
+    flows = sum(1 for e in trace["traceEvents"] if e["ph"] == "f")
+    print(f"wrote {args.perfetto}: {slices} handler slices, {flows} flows; open it at https://ui.perfetto.dev")
+    return 0
+
+
+# -- replay --------------------------------------------------------------------
+
+
+def cmd_replay(args: argparse.Namespace) -> int:
+    from actorwire.actors.runtime._replay import replay
+
+    report = replay(args.path, actor=args.actor)
+    print(report.summary())
+    return 0 if report.ok else 1
+
+
+# -- wiring --------------------------------------------------------------------
+
+
+def run_guarded(func: Any, args: argparse.Namespace) -> int:
+    """Run a log command; a corrupt or missing log is one clear line, not a traceback."""
+    try:
+        return int(func(args))
+    except (CorruptRecord, LogFormatError, FileNotFoundError, WhereError, ValueError) as exc:
+        hint = " (use --skip-corrupt to read past it)" if isinstance(exc, CorruptRecord) else ""
+        print(f"actorwire: {exc}{hint}", file=sys.stderr)
+        return 1
+    except BrokenPipeError:
+        return 0
+
+
+def add_parsers(sub: Any) -> None:
+    log = sub.add_parser("log", help="read recordings: show, stats, tail, export")
+    logsub = log.add_subparsers(dest="log_command", metavar="ACTION", required=True)
+
+    def common(p: argparse.ArgumentParser, *, many: bool = True) -> None:
+        if many:
+            p.add_argument("paths", nargs="+", metavar="PATH", help="recording dirs, actor dirs or segments")
+        p.add_argument("--skip-corrupt", action="store_true", help="read past corrupt records")
+        p.add_argument("--json", action="store_true", help="JSON output")
+
+    p = logsub.add_parser("show", help="messages in time order, merged across actors")
+    common(p)
+    p.add_argument("--actor", action="append", metavar="GLOB", help="only these actors (repeatable)")
+    p.add_argument("--kind", action="append", metavar="KIND", help="only these kinds (tag or class)")
+    p.add_argument("--since", type=float, metavar="S", help="seconds after the first record")
+    p.add_argument("--until", type=float, metavar="S", help="seconds after the first record")
+    p.add_argument("--corr", type=int, metavar="ID", help="only this correlation id")
+    p.add_argument("--where", metavar="EXPR", help="e.g. 'rank == 3 and batch_ms > 50'")
+    p.set_defaults(func=lambda a: run_guarded(cmd_show, a))
+
+    p = logsub.add_parser("stats", help="counts, rates, sizes, gaps, slowest handlers")
+    common(p)
+    p.set_defaults(func=lambda a: run_guarded(cmd_stats, a))
+
+    p = logsub.add_parser("tail", help="print one actor's records as they are written")
+    p.add_argument("path", metavar="PATH")
+    common(p, many=False)
+    p.add_argument("-f", "--follow", action="store_true", help="keep following the log")
+    p.add_argument("--for", dest="seconds", type=float, metavar="S", help="stop following after S seconds")
+    p.set_defaults(func=lambda a: run_guarded(cmd_tail, a))
+
+    p = logsub.add_parser("export", help="export a timeline")
+    common(p)
+    p.add_argument("--perfetto", required=True, metavar="OUT.json", help="Chrome trace-event JSON for Perfetto")
+    p.set_defaults(func=lambda a: run_guarded(cmd_export, a))
+
+    p = sub.add_parser("replay", help="re-run a recorded actor and compare what it sends")
+    p.add_argument("path", metavar="PATH", help="a recording directory")
+    p.add_argument("--actor", metavar="NAME", help="which actor (needed when several were recorded)")
+    p.set_defaults(func=lambda a: run_guarded(cmd_replay, a))

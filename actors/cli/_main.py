@@ -1,0 +1,141 @@
+"""The ``actorwire`` command line (also ``python -m actorwire``).
+
+Each subcommand lives in the module that owns its subject; this file only
+wires them into argparse.  Exit status: 0 on success, 1 when the command
+found a problem (a divergence, a failed check), 2 on bad usage.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+
+from actorwire import __version__, messages
+
+
+def _cmd_messages(args: argparse.Namespace) -> int:
+    if args.schema:
+        print(json.dumps(messages.json_schema(), indent=2))
+        return 0
+    kinds = messages.describe()
+    if args.kind:
+        kinds = [k for k in kinds if k.kind == args.kind or k.name == args.kind]
+        if not kinds:
+            print(f"actorwire messages: no message kind named {args.kind!r}", file=sys.stderr)
+            return 2
+    family = None
+    for info in kinds:
+        if info.family != family:
+            family = info.family
+            print(f"\n[{family}]")
+        print(f"  {info.name}  (type: {info.kind!r})  {info.doc}")
+        for f in info.fields:
+            default = "" if f.required else f" = {f.default}"
+            print(f"      {f.name}: {f.type}{default}")
+    return 0
+
+
+def _cmd_bench(args: argparse.Namespace) -> int:
+    from actorwire.actors.bench._harness import report
+
+    if args.suite == "codec":
+        from actorwire.actors.bench import _codec as _bench_codec
+
+        results = _bench_codec.run(args.kinds.split(",") if args.kinds else None)
+    elif args.suite == "tensor":
+        from actorwire.actors.bench import _tensor as _bench_tensor
+
+        results = _bench_tensor.run()
+    elif args.suite == "scale":
+        from actorwire.actors.bench import _scale as _bench_scale
+
+        results = _bench_scale.run(workers=args.workers)
+    elif args.suite == "nccl":
+        from actorwire.actors.bench import _nccl as _bench_nccl
+
+        results = _bench_nccl.run()
+    elif args.suite == "worker":
+        from actorwire.actors.bench import _worker as _bench_worker
+
+        results = _bench_worker.run(n=min(args.messages, 200_000))
+    elif args.suite == "record":
+        from actorwire.actors.bench import _record as _bench_record
+
+        results = _bench_record.run(n=args.messages)
+    elif args.suite == "bus":
+        from actorwire.actors.bench import _bus as _bench_bus
+
+        results = _bench_bus.run(n=args.messages, asks=args.asks)
+    else:  # argparse choices keep this unreachable
+        raise AssertionError(args.suite)
+    report(args.suite, results, args.json)
+    return 0
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    from actorwire.actors.cli._demo import run_demo
+
+    return run_demo(args)
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
+    return value
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(
+        prog="actorwire",
+        description="Typed, replayable actors on ZeroMQ for GPU training and inference clusters.",
+    )
+    parser.add_argument("--version", action="version", version=f"actorwire {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    p = sub.add_parser("messages", help="list every message kind with its fields")
+    p.add_argument("kind", nargs="?", help="show only this kind (tag or class name)")
+    p.add_argument("--schema", action="store_true", help="print the catalog's JSON Schema")
+    p.set_defaults(func=_cmd_messages)
+
+    p = sub.add_parser("bench", help="measure actorwire against its baseline in one run")
+    p.add_argument("suite", choices=["codec", "bus", "record", "worker", "tensor", "nccl", "scale"], help="which suite to run")
+    p.add_argument("--json", metavar="PATH", help="also write the results as JSON")
+    p.add_argument("--kinds", metavar="K1,K2", help="codec: only these message kinds")
+    p.add_argument("--workers", type=_positive, default=1000, metavar="N", help="scale: simulated workers")
+    p.add_argument("--messages", type=_positive, default=200_000, metavar="N",
+                   help="bus: messages per throughput case (default 200000)")
+    p.add_argument("--asks", type=_positive, default=3000, metavar="N",
+                   help="bus: round trips per latency case (default 3000)")
+    p.set_defaults(func=_cmd_bench)
+
+    from actorwire.actors.cli._log import add_parsers
+    from actorwire.actors.cli._serve import add_parsers as add_serve_parsers
+
+    add_parsers(sub)
+    add_serve_parsers(sub)
+
+    p = sub.add_parser("demo", help="run the end-to-end demo")
+    p.add_argument("--workers", type=_positive, default=3, help="worker processes (default 3)")
+    p.add_argument("--epochs", type=_positive, default=4, help="epochs (default 4)")
+    p.add_argument("--kill-rank", type=int, metavar="R", help="SIGKILL this worker during --at-epoch")
+    p.add_argument("--at-epoch", type=int, default=1, metavar="E", help="epoch of the kill (default 1)")
+    p.add_argument("--record", metavar="DIR", help="record every actor's messages into DIR")
+    p.add_argument("--backend", choices=["gloo", "nccl"], default="gloo",
+                   help="all-reduce backend: gloo on the CPU (default), or nccl with one GPU per worker")
+    p.set_defaults(func=_cmd_demo)
+    return parser
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        return int(args.func(args) or 0)
+    except KeyboardInterrupt:
+        print("interrupted", file=sys.stderr)
+        return 130

@@ -1,0 +1,113 @@
+"""``actorwire coordinator`` and ``actorwire keygen``: run the control plane across hosts.
+
+``actorwire coordinator --bind tcp://HOST:PORT --world-size N ...`` starts the
+root of a run on this host with a coordinator actor, prints how workers join,
+prints each epoch's aggregated metrics, and exits when the run ends (0 on a
+clean end, 1 when it ended with a save, a stall or a failure).
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import signal
+import sys
+import threading
+import uuid
+
+from actorwire import messages as m
+
+
+def cmd_keygen(args: argparse.Namespace) -> int:
+    from actorwire.transport._security import keygen
+
+    try:
+        public, secret = keygen(args.dir, args.name)
+    except (FileExistsError, ValueError) as exc:
+        print(f"actorwire keygen: {exc}", file=sys.stderr)
+        return 2
+    print(f"wrote {public} (public: copy it to every host; every .key there is allowed to connect)")
+    print(f"wrote {secret} (secret, mode 0600: keep it on hosts that run as {args.name!r})")
+    print(f"use it with: ACTORWIRE_KEYS={args.dir} ACTORWIRE_KEY_NAME={args.name}")
+    return 0
+
+
+def cmd_coordinator(args: argparse.Namespace) -> int:
+    from actorwire.transport._endpoints import is_tcp
+
+    from actorwire.actors.control._coordinator import Coordinator
+    from actorwire.actors.runtime._launch import launch_env
+    from actorwire.actors.runtime._system import ActorSystem
+
+    if not is_tcp(args.bind):
+        print(f"actorwire coordinator: --bind must be tcp://HOST:PORT, got {args.bind!r}", file=sys.stderr)
+        return 2
+    found = launch_env()
+    env = os.environ
+    run_id = (args.run_id or env.get("ACTORWIRE_RUN_ID") or env.get("TORCHELASTIC_RUN_ID") or env.get("SLURM_JOB_ID")
+              or found.run_id or uuid.uuid4().hex[:12])
+    world = args.world_size or found.world_size
+    if not world:
+        print("actorwire coordinator: --world-size is required (or WORLD_SIZE / SLURM_NTASKS)", file=sys.stderr)
+        return 2
+    try:
+        system = ActorSystem(run_id=run_id, bind=args.bind)
+    except Exception as exc:  # a security or bind error, with its reason
+        print(f"actorwire coordinator: {exc}", file=sys.stderr)
+        return 2
+    done = threading.Event()
+    with system:
+        inbox = system.inbox("main")
+        coordinator = Coordinator(world_size=world, run_id=run_id, num_epochs=args.epochs,
+                                 dataset_size=args.dataset_size, batch_size=args.batch_size,
+                                 backend=args.backend, sync_every=args.sync_every, metrics_sink="main",
+                                 join_timeout=args.join_timeout, staleness_timeout=args.staleness_timeout,
+                                 save_stem=args.save_stem or "", form_group=True)
+        system.spawn(coordinator, "coordinator")
+        inbox.watch("coordinator")
+        print(f"run {run_id}: coordinator listening on {system.endpoint}, waiting for {world} workers")
+        print(f"workers join with ACTORWIRE_JOIN={system.endpoint} ACTORWIRE_RUN_ID={run_id}"
+              + (f" ACTORWIRE_KEYS={os.environ['ACTORWIRE_KEYS']}" if os.environ.get("ACTORWIRE_KEYS") else ""),
+              flush=True)
+        signal.signal(signal.SIGTERM, lambda *_: done.set())
+        while not done.is_set():
+            got = inbox.get(timeout=0.5)
+            if got is None:
+                continue
+            msg = got.message
+            if isinstance(msg, m.EpochMetrics):
+                mse = msg.scalars.get("mse", math.nan)
+                print(f"epoch {msg.epoch}: loss {msg.avg_loss:.4f} mse {mse:.4f} {msg.epoch_ms:.0f} ms "
+                      f"samples {msg.per_rank_samples}", flush=True)
+            elif isinstance(msg, m.EvalBroadcast):
+                print(f"eval after epoch {msg.epoch}: {msg.metric:.4f}", flush=True)
+            elif isinstance(msg, m.Down) and msg.name == "coordinator":
+                break
+    saved = coordinator.saved
+    if done.is_set():
+        print("run stopped by SIGTERM")
+        return 1
+    print(f"run ended: saved and shut down ({saved.value})" if saved is not None else "run ended cleanly")
+    return 1 if saved is not None else 0
+
+
+def add_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    p = sub.add_parser("keygen", help="write a CURVE key pair for tcp (DIR/NAME.key and DIR/NAME.key_secret)")
+    p.add_argument("dir", help="the keys directory (created 0700)")
+    p.add_argument("--name", default="node", help="key name (default node; ACTORWIRE_KEY_NAME picks it)")
+    p.set_defaults(func=cmd_keygen)
+
+    p = sub.add_parser("coordinator", help="run a coordinator that workers on other hosts join over tcp")
+    p.add_argument("--bind", required=True, metavar="tcp://HOST:PORT", help="where workers connect")
+    p.add_argument("--world-size", type=int, help="number of workers (default: WORLD_SIZE or SLURM_NTASKS)")
+    p.add_argument("--run-id", help="run id (default: TORCHELASTIC_RUN_ID or SLURM_JOB_ID, else random)")
+    p.add_argument("--epochs", type=int, default=1)
+    p.add_argument("--dataset-size", type=int, required=True, help="samples per epoch, split among workers")
+    p.add_argument("--batch-size", type=int, default=32)
+    p.add_argument("--sync-every", type=int, default=8, help="batches between all-reduces")
+    p.add_argument("--backend", choices=["gloo", "nccl"], default="gloo")
+    p.add_argument("--join-timeout", type=float, default=120.0, help="seconds to wait for every worker")
+    p.add_argument("--staleness-timeout", type=float, default=30.0, help="a silent worker is dead after this")
+    p.add_argument("--save-stem", help="where ShutdownWithSave writes <stem>.meta.json")
+    p.set_defaults(func=cmd_coordinator)

@@ -1,0 +1,767 @@
+"""The training coordinator: a sans-IO state machine that runs as an actor.
+
+It owns the data-parallel control plane of seed 000 (see
+``docs/control-plane.md``): who is in the run, who is alive, which slice of
+the dataset each rank trains on, when ranks all-reduce, who evaluates and
+checkpoints, and how the run ends.  Every input is a message (worker reports,
+``Down`` from the runtime, its own ``TimerFired`` tick); every output is a
+message.  Time comes from ``ctx.now()``, so the unit tests drive it with a
+virtual clock and a recording replays it exactly.
+
+Ranks are addressed by the actor name they joined from (``worker/3``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import pathlib
+from typing import Any
+
+import msgspec
+
+from actorwire.messages import (
+    Batch,
+    Checkpoint,
+    CheckpointResult,
+    CoordHeartbeat,
+    DeclareDead,
+    Down,
+    DownReason,
+    EpochAggregated,
+    EpochFnElapsed,
+    EpochMetrics,
+    EvalBroadcast,
+    EvalResult,
+    ExecuteEval,
+    Exiting,
+    ExtendPartition,
+    Heartbeat,
+    Intent,
+    IntentKind,
+    JoinAccepted,
+    JoinRejected,
+    JoinRequest,
+    LrUpdate,
+    Message,
+    MetricsMsg,
+    NewNcclIdGenerated,
+    NewNcclSession,
+    RequestNewNcclId,
+    SaveReason,
+    SessionFailed,
+    SetEpochCallbackRole,
+    SetGlobalStep,
+    Shutdown,
+    ShutdownWithSave,
+    StartEpoch,
+    SyncAck,
+    SyncNow,
+    TimerFired,
+)
+
+from actorwire.actors.runtime._actor import Actor, handler
+from actorwire.actors.runtime._context import Context
+
+#: ``schedule_id`` of the single canonical eval at the end of the run.
+FINAL_EVAL = 2**63 - 1
+META_SCHEMA = 1
+_EWMA = 0.3
+
+
+class CoordinatorConfig(msgspec.Struct, frozen=True, kw_only=True):
+    """Settings of a run, as JSON-able values (they are recorded with the actor)."""
+
+    world_size: int
+    run_id: str
+    num_epochs: int
+    dataset_size: int
+    batch_size: int = 1
+    #: Expected model signature; empty: the first rank to join sets it.
+    model_signature: str = ""
+    #: "fixed": every rank syncs every ``sync_every`` batches.  "adaptive": the slowest
+    #: rank anchors the cadence and the anchor is tuned to keep sync overhead near
+    #: ``overhead_target``.
+    sync_policy: str = "fixed"
+    sync_every: int = 8
+    overhead_target: float = 0.10
+    #: "gloo" (CPU) or "nccl": a lone NCCL survivor cannot go on.
+    backend: str = "gloo"
+    eval_every: int = 1
+    checkpoint_every: int = 0
+    final_eval: bool = True
+    max_failures: int = 1_000_000
+    #: Rank liveness: a rank silent this long is dead.
+    staleness_timeout: float = 30.0
+    tick_interval: float = 1.0
+    rendezvous_timeout: float = 30.0
+    reduce_stall_timeout: float = 300.0
+    #: How long to wait for ranks to leave after Shutdown.
+    exit_grace: float = 30.0
+    #: How long to wait for every rank to join; then the run starts with those that did.
+    join_timeout: float = 120.0
+    #: Actor that receives every EpochMetrics and EvalBroadcast (e.g. the user's inbox).
+    metrics_sink: str = ""
+    #: Where ShutdownWithSave writes ``<stem>.meta.json``; empty: nowhere.
+    save_stem: str = ""
+    #: Form the process group at start (one rank generates the id, every rank gets
+    #: ``NewNcclSession``) instead of leaving the first formation to the workers.
+    form_group: bool = False
+
+    def __post_init__(self) -> None:
+        if self.world_size < 1 or self.num_epochs < 1 or self.dataset_size < 1 or self.batch_size < 1:
+            raise ValueError("world_size, num_epochs, dataset_size and batch_size must be >= 1")
+        if self.sync_policy not in ("fixed", "adaptive"):
+            raise ValueError(f"sync_policy must be 'fixed' or 'adaptive', got {self.sync_policy!r}")
+        if self.backend not in ("gloo", "nccl"):
+            raise ValueError(f"backend must be 'gloo' or 'nccl', got {self.backend!r}")
+        if self.sync_every < 1:
+            raise ValueError(f"sync_every must be >= 1, got {self.sync_every}")
+
+
+class _Rank:
+    """What the coordinator knows of one rank."""
+
+    def __init__(self, rank: int, name: str, now: float) -> None:
+        self.rank = rank
+        self.name = name
+        self.last_seen = now
+        self.alive = True
+        self.exited = False
+        self.steps_since_sync = 0
+        self.total_steps = 0
+        self.epoch_steps = 0
+        self.ms_per_batch: float | None = None
+        self.lr: float | None = None
+        self.plan = (0, 0)  # (offset, size) of the current epoch
+        self.extended = 0  # samples added by ExtendPartition this epoch
+        self.ext_sent = 0  # ExtendPartition slices sent this epoch...
+        self.ext_done = 0  # ...and reported done
+        self.reported_epoch = -1
+
+
+class Coordinator(Actor):
+    """See the module doc and ``docs/control-plane.md``."""
+
+    def __init__(self, **config: Any) -> None:
+        self.settings = CoordinatorConfig(**config)
+        self._config_kwargs = dict(config)
+        self.ranks: dict[int, _Rank] = {}
+        self._blocker: _Rank | None = None
+        self.by_name: dict[str, int] = {}
+        self.phase = "joining"
+        self.epoch = -1
+        self.failures = 0
+        self.global_step = 0
+        self.sync_cycle = 0
+        self.sync_armed_at: float | None = None
+        self.sync_acked: set[int] = set()
+        self.window_started = 0.0
+        self.anchor = self.settings.sync_every
+        self.quota: dict[int, int] = {}
+        self.metrics: dict[int, dict[int, MetricsMsg]] = {}
+        self.eval_role: int | None = None
+        self.checkpoint_role: int | None = None
+        self.epoch_role: int | None = None
+        self.role_dirty = True
+        self.pending_eval = False
+        self.pending_checkpoint = False
+        self.checkpoint_tried: set[int] = set()
+        self.eval_schedule = 0
+        self.final_eval_pending = False
+        self.saved: SaveReason | None = None
+        self.shutdown_at: float | None = None
+        self.rendezvous: dict[str, Any] | None = None
+        self.history: list[EpochMetrics] = []
+        self.started_at = 0.0
+        self.session_attempt = 0
+
+    def config(self) -> dict[str, Any]:
+        return dict(self._config_kwargs)
+
+    # -- helpers ------------------------------------------------------------
+
+    def alive(self) -> list[_Rank]:
+        return [r for r in sorted(self.ranks.values(), key=lambda r: r.rank) if r.alive and not r.exited]
+
+    def _tell_all(self, ctx: Context, message: Message) -> None:
+        for r in self.alive():
+            ctx.tell(r.name, message)
+
+    def _sink(self, ctx: Context, message: Message) -> None:
+        if self.settings.metrics_sink:
+            try:
+                ctx.tell(self.settings.metrics_sink, message)
+            except Exception:  # a sink that left must not stop the run
+                ctx.log.warning("metrics sink unreachable", sink=self.settings.metrics_sink)
+
+    def _seen(self, ctx: Context, rank: int) -> _Rank | None:
+        r = self.ranks.get(rank)
+        if r is not None and r.alive:
+            r.last_seen = ctx.now()
+        return r
+
+    def _from_rank(self, ctx: Context, claimed: int) -> _Rank | None:
+        """The rank a report comes from, refusing reports from an actor that is not that rank."""
+        r = self.ranks.get(claimed)
+        if r is None or r.name != ctx.sender:
+            ctx.log.warning("report from an actor that is not that rank", rank=claimed, sender=ctx.sender)
+            return None
+        r.last_seen = ctx.now()
+        return r
+
+    # -- join ---------------------------------------------------------------
+
+    def on_start(self, ctx: Context) -> None:
+        self.started_at = ctx.now()
+        ctx.start_timer("tick", self.settings.tick_interval, periodic=True)
+
+    @handler
+    def on_join(self, msg: JoinRequest, ctx: Context) -> None:
+        reason = self._join_refusal(msg, ctx.sender or "")
+        if reason is not None:
+            ctx.log.warning("join refused", rank=msg.rank, reason=reason)
+            if ctx.correlation_id:
+                ctx.reply(JoinRejected(reason=reason))
+            return
+        if not self.settings.model_signature and not self.ranks:
+            self._signature = msg.model_signature
+        r = _Rank(msg.rank, ctx.sender or "", ctx.now())
+        self.ranks[msg.rank] = r
+        self.by_name[r.name] = msg.rank
+        ctx.watch(r.name)
+        if ctx.correlation_id:
+            ctx.reply(JoinAccepted(rank=msg.rank, world_size=self.settings.world_size))
+        if len(self.ranks) == self.settings.world_size:
+            self._begin(ctx)
+
+    def _begin(self, ctx: Context) -> None:
+        self.phase = "running"
+        self._elect_roles(ctx)
+        if self.settings.form_group:
+            self._start_rendezvous(ctx)
+        self._dispatch_epoch(ctx, 0)
+
+    def _join_refusal(self, msg: JoinRequest, sender: str) -> str | None:
+        c = self.settings
+        if self.phase != "joining":
+            return f"the run has started; rank {msg.rank} cannot join now"
+        if msg.run_id != c.run_id:
+            return f"run id {msg.run_id!r} is not this run's {c.run_id!r}"
+        if msg.world_size != c.world_size:
+            return f"world size {msg.world_size} does not match the run's {c.world_size}"
+        if msg.rank >= c.world_size:
+            return f"rank {msg.rank} is out of range for world size {c.world_size}"
+        if msg.rank in self.ranks:
+            return f"rank {msg.rank} already joined (from {self.ranks[msg.rank].name!r})"
+        expected = c.model_signature or getattr(self, "_signature", "")
+        if expected and msg.model_signature != expected:
+            return f"model signature {msg.model_signature!r} does not match {expected!r}"
+        return None
+
+    # -- liveness -----------------------------------------------------------
+
+    @handler
+    def on_tick(self, msg: TimerFired, ctx: Context) -> None:
+        now = ctx.now()
+        if self.phase == "joining":
+            ctx.broadcast([r.name for r in self.alive()], CoordHeartbeat(seq=msg.count))
+            if self.ranks and now - self.started_at >= self.settings.join_timeout:
+                ctx.log.warning("not every rank joined in time; starting with those that did",
+                                joined=sorted(self.ranks), world_size=self.settings.world_size)
+                self._begin(ctx)
+            return
+        if self.phase in ("running", "finishing"):
+            ctx.broadcast([r.name for r in self.alive()], CoordHeartbeat(seq=msg.count))
+            for r in self.alive():
+                if now - r.last_seen > self.settings.staleness_timeout:
+                    ctx.log.warning("rank silent; declaring it dead", rank=r.rank,
+                                    silent_s=round(now - r.last_seen, 1))
+                    self._death(ctx, r, f"no message for {now - r.last_seen:.1f} s")
+            self._check_rendezvous_timeout(ctx, now)
+            if (self.sync_armed_at is not None and now - self.sync_armed_at > self.settings.reduce_stall_timeout
+                    and self.saved is None):
+                self._save_and_shutdown(ctx, SaveReason.REDUCE_STALL)
+        if self.phase == "stopping" and self.shutdown_at is not None:
+            if not self.alive() or now - self.shutdown_at > self.settings.exit_grace:
+                ctx.stop()
+
+    @handler
+    def on_down(self, msg: Down, ctx: Context) -> None:
+        rank = self.by_name.get(msg.name)
+        if rank is None:
+            return
+        r = self.ranks[rank]
+        if r.exited or not r.alive:
+            return  # the Exiting latch: a clean exit is never a death
+        if msg.reason is DownReason.EXITED and self.phase == "stopping":
+            r.exited = True
+            return
+        self._death(ctx, r, f"{msg.reason.value}: {msg.detail}")
+
+    @handler
+    def on_exiting(self, msg: Exiting, ctx: Context) -> None:
+        r = self._from_rank(ctx, msg.rank)
+        if r is not None:
+            r.exited = True
+        if self.phase == "stopping" and not self.alive():
+            ctx.stop()
+
+    @handler
+    def on_heartbeat(self, msg: Heartbeat, ctx: Context) -> None:
+        r = self.ranks.get(msg.rank)
+        # A rank's heartbeat thread sends as "<rank name>/heartbeat".
+        if r is not None and r.alive and (ctx.sender or "").startswith(r.name + "/"):
+            r.last_seen = ctx.now()
+        else:
+            self._from_rank(ctx, msg.rank)
+
+    # -- deaths ---------------------------------------------------------------
+
+    def _death(self, ctx: Context, r: _Rank, why: str) -> None:
+        # The remainder is computed before the ledger changes (seed 000, 2.2).
+        offset, size = r.plan
+        done = min(size + r.extended, r.epoch_steps * self.settings.batch_size)
+        remainder = max(0, size + r.extended - done)
+        r.alive = False
+        self.failures += 1
+        self.sync_acked.discard(r.rank)
+        ctx.log.error("rank lost", rank=r.rank, reason=why, remainder=remainder)
+        if r.rank in (self.eval_role, self.checkpoint_role, self.epoch_role):
+            self._elect_roles(ctx, force=True)
+        if self.settings.backend == "nccl":
+            self._tell_all(ctx, DeclareDead(rank=r.rank))
+        reason = self._unrecoverable()
+        if reason is not None:
+            self._save_and_shutdown(ctx, reason)
+            return
+        survivors = self.alive()
+        if remainder and self.phase == "running" and self.epoch >= 0:
+            share, extra = divmod(remainder, len(survivors))
+            start = offset + done
+            for i, s in enumerate(survivors):
+                n = share + (1 if i < extra else 0)
+                if n:
+                    ctx.tell(s.name, ExtendPartition(partition_offset=start, partition_size=n, epoch=self.epoch))
+                    s.extended += n
+                    s.ext_sent += 1
+                    start += n
+        if len(survivors) >= 2 or self.settings.backend == "gloo":
+            self._start_rendezvous(ctx)
+        self._maybe_sync(ctx)
+        self._maybe_aggregate(ctx)
+
+    def _unrecoverable(self) -> SaveReason | None:
+        alive = len(self.alive())
+        if self.failures >= self.settings.max_failures:
+            return SaveReason.MAX_FAILURE_EXCEEDED
+        if alive == 0:
+            return SaveReason.ALL_RANKS_LOST
+        if self.settings.backend == "nccl" and alive < 2:
+            return SaveReason.SINGLE_SURVIVOR
+        return None
+
+    # -- re-rendezvous: survivors re-form the process group -------------------
+
+    def _start_rendezvous(self, ctx: Context, fresh: bool = False) -> None:
+        survivors = self.alive()
+        if not survivors:
+            return
+        tried = set(self.rendezvous["tried"]) if self.rendezvous and not fresh else set()
+        candidates = [r for r in self._by_speed(survivors) if r.rank not in tried]
+        if not candidates:
+            self._save_and_shutdown(ctx, self._unrecoverable() or SaveReason.SINGLE_SURVIVOR)
+            return
+        generator = candidates[0]
+        self.rendezvous = {"generator": generator.rank, "since": ctx.now(), "tried": sorted(tried | {generator.rank}),
+                           "attempt": len(tried)}
+        ctx.tell(generator.name, RequestNewNcclId(attempt=len(tried)))
+
+    def _check_rendezvous_timeout(self, ctx: Context, now: float) -> None:
+        rv = self.rendezvous
+        if rv is None:
+            return
+        generator = self.ranks.get(rv["generator"])
+        if generator is None or not generator.alive or now - rv["since"] > self.settings.rendezvous_timeout:
+            ctx.log.warning("re-rendezvous generator gone or silent; trying the next", rank=rv["generator"])
+            self._start_rendezvous(ctx)
+
+    @handler
+    def on_session_failed(self, msg: SessionFailed, ctx: Context) -> None:
+        if self._from_rank(ctx, msg.rank) is None or msg.attempt < self.session_attempt:
+            return  # a stale report of an attempt already superseded
+        ctx.log.warning("a rank could not join the new process group; re-forming it", rank=msg.rank,
+                        attempt=msg.attempt, reason=msg.reason)
+        self.rendezvous = None
+        self._start_rendezvous(ctx, fresh=True)
+
+    @handler
+    def on_new_id(self, msg: NewNcclIdGenerated, ctx: Context) -> None:
+        r = self._from_rank(ctx, msg.rank)
+        rv = self.rendezvous
+        if r is None or rv is None or msg.rank != rv["generator"]:
+            ctx.log.warning("unexpected unique id dropped", rank=msg.rank)
+            return
+        survivors = self.alive()  # recomputed: deaths during the wait are folded in
+        self.session_attempt += 1
+        for new_rank, s in enumerate(survivors):
+            ctx.tell(s.name, NewNcclSession(uid=msg.uid, new_rank=new_rank, new_world_size=len(survivors),
+                                            attempt=self.session_attempt))
+        self.rendezvous = None
+        if self.sync_armed_at is not None:
+            # The reduce that the death broke is abandoned by the workers; every
+            # survivor, acked or not, joins a new cycle on the new group.
+            self._arm_sync(ctx)
+
+    # -- roles ------------------------------------------------------------------
+
+    def _by_speed(self, ranks: list[_Rank]) -> list[_Rank]:
+        """Fastest first (lowest ms per batch); uncalibrated ranks by rank number."""
+        return sorted(ranks, key=lambda r: (r.ms_per_batch is None, r.ms_per_batch or 0.0, r.rank))
+
+    def _elect_roles(self, ctx: Context, force: bool = False) -> None:
+        alive = self.alive()
+        if not alive:
+            return
+        fastest = self._by_speed(alive)[0].rank
+        live = {r.rank for r in alive}
+        for role in ("eval_role", "checkpoint_role", "epoch_role"):
+            if force or getattr(self, role) not in live:
+                setattr(self, role, fastest)
+        self.role_dirty = True
+
+    # -- epochs -------------------------------------------------------------------
+
+    def _shares(self, alive: list[_Rank]) -> list[int]:
+        total = self.settings.dataset_size
+        speeds = [r.ms_per_batch for r in alive]
+        if all(s is not None and s > 0 for s in speeds) and len(alive) > 1:
+            weights = [1.0 / s for s in speeds]  # type: ignore[operator]
+            raw = [total * w / sum(weights) for w in weights]
+            shares = [int(x) for x in raw]
+            for i in sorted(range(len(raw)), key=lambda i: raw[i] - shares[i], reverse=True)[: total - sum(shares)]:
+                shares[i] += 1
+            return shares
+        base, extra = divmod(total, len(alive))
+        return [base + (1 if i < extra else 0) for i in range(len(alive))]
+
+    def _dispatch_epoch(self, ctx: Context, epoch: int) -> None:
+        alive = self.alive()
+        if not alive:
+            return
+        self.epoch = epoch
+        if self.role_dirty:
+            self._tell_all(ctx, SetEpochCallbackRole(rank=self.epoch_role or 0))
+            self.role_dirty = False
+        c = self.settings
+        if epoch > 0 and (self.pending_checkpoint or (c.checkpoint_every and epoch % c.checkpoint_every == 0)):
+            self.pending_checkpoint = False
+            self.checkpoint_tried = set()
+            self._send_checkpoint(ctx, epoch)
+        if epoch > 0 and (self.pending_eval or (c.eval_every and epoch % c.eval_every == 0)):
+            self.pending_eval = False
+            self._send_eval(ctx, epoch)
+        self._sink(ctx, StartEpoch(epoch=epoch, partition_offset=0, partition_size=c.dataset_size))
+        offset = 0
+        for r, size in zip(alive, self._shares(alive)):
+            r.plan = (offset, size)
+            r.extended = 0
+            r.ext_sent = r.ext_done = 0
+            r.epoch_steps = 0
+            ctx.tell(r.name, StartEpoch(epoch=epoch, partition_offset=offset, partition_size=size))
+            offset += size
+        self._set_quotas()
+        self.window_started = ctx.now()
+
+    def _send_eval(self, ctx: Context, epoch: int, final: bool = False) -> None:
+        target = self.ranks.get(self.eval_role) if self.eval_role is not None else None
+        if target is None or not target.alive:
+            return
+        self.eval_schedule += 1
+        ctx.tell(target.name, ExecuteEval(schedule_id=FINAL_EVAL if final else self.eval_schedule, epoch=epoch,
+                                          target_rank=target.rank, final=final))
+
+    def _send_checkpoint(self, ctx: Context, version: int) -> None:
+        target = self.ranks.get(self.checkpoint_role) if self.checkpoint_role is not None else None
+        if target is None or not target.alive:
+            return
+        self.checkpoint_tried.add(target.rank)
+        ctx.tell(target.name, Checkpoint(version=version, target_rank=target.rank))
+
+    # -- reports ----------------------------------------------------------------
+
+    @handler
+    def on_batch(self, msg: Batch, ctx: Context) -> None:
+        r = self._from_rank(ctx, msg.rank)
+        if r is None or not r.alive:
+            return
+        r.steps_since_sync += 1
+        r.total_steps += 1
+        r.epoch_steps += 1
+        cost = msg.batch_ms + msg.data_ms
+        r.ms_per_batch = cost if r.ms_per_batch is None else (1 - _EWMA) * r.ms_per_batch + _EWMA * cost
+        self._maybe_sync(ctx)
+
+    @handler
+    def on_lr(self, msg: LrUpdate, ctx: Context) -> None:
+        r = self._from_rank(ctx, msg.rank)
+        if r is not None:
+            r.lr = msg.lr
+
+    @handler
+    def on_intent(self, msg: Intent, ctx: Context) -> None:
+        if self._from_rank(ctx, msg.rank) is None:
+            return
+        if msg.kind is IntentKind.EVAL_NOW:
+            self.pending_eval = True
+        else:
+            self.pending_checkpoint = True
+
+    @handler
+    def on_epoch_fn(self, msg: EpochFnElapsed, ctx: Context) -> None:
+        self._from_rank(ctx, msg.rank)
+
+    @handler
+    def on_eval(self, msg: EvalResult, ctx: Context) -> None:
+        if self._from_rank(ctx, msg.rank) is None:
+            return
+        if msg.error is not None:
+            ctx.log.warning("eval failed; not retried", rank=msg.rank, error=msg.error)
+        else:
+            broadcast = EvalBroadcast(epoch=msg.epoch, metric=msg.metric)
+            self._tell_all(ctx, broadcast)
+            self._sink(ctx, broadcast)
+        if msg.schedule_id == FINAL_EVAL:
+            self.final_eval_pending = False
+            self._maybe_finish(ctx)
+
+    @handler
+    def on_checkpoint(self, msg: CheckpointResult, ctx: Context) -> None:
+        if self._from_rank(ctx, msg.rank) is None:
+            return
+        if msg.error is None:
+            self.checkpoint_role = msg.rank  # sticky
+            return
+        untried = [r for r in self.alive() if r.rank not in self.checkpoint_tried]
+        ctx.log.warning("checkpoint failed", rank=msg.rank, error=msg.error, retry=bool(untried))
+        if untried:
+            self.checkpoint_role = untried[0].rank
+            self._send_checkpoint(ctx, msg.version)
+
+    # -- sync cadence -------------------------------------------------------------
+
+    def _set_quotas(self) -> None:
+        alive = self.alive()
+        if self.settings.sync_policy == "fixed" or any(r.ms_per_batch is None for r in alive):
+            self.quota = {r.rank: self.settings.sync_every for r in alive}
+            return
+        slowest = max(r.ms_per_batch for r in alive)  # type: ignore[type-var]
+        cap = max(1, self.settings.dataset_size // max(1, len(alive)) // self.settings.batch_size)
+        self.quota = {r.rank: max(1, min(cap, round(self.anchor * slowest / r.ms_per_batch)))  # type: ignore[operator]
+                      for r in alive}
+
+    def _quiesced(self, r: _Rank) -> bool:
+        """A rank that finished its slice (or reported the epoch) cannot move: it must not block the gate."""
+        if r.ext_done < r.ext_sent:
+            return False
+        return r.reported_epoch >= self.epoch or r.epoch_steps * self.settings.batch_size >= r.plan[1] + r.extended
+
+    def _blocks(self, r: _Rank) -> bool:
+        """Whether ``r`` holds the sync gate: alive, under its quota, and still able to move."""
+        return (r.alive and not r.exited and r.steps_since_sync < self.quota.get(r.rank, self.settings.sync_every)
+                and not self._quiesced(r))
+
+    def _maybe_sync(self, ctx: Context) -> None:
+        if self.sync_armed_at is not None or self.phase not in ("running", "finishing") or self.saved:
+            return
+        # Called on every Batch: with a thousand ranks a full scan each time dominated the
+        # coordinator's CPU (bench scale).  The rank that blocked the last scan is checked first;
+        # while it still blocks, nothing else can open the gate.
+        blocker = self._blocker
+        if blocker is not None and self._blocks(blocker):
+            return
+        moved = False
+        for r in self.ranks.values():
+            if not r.alive or r.exited:
+                continue
+            moved = moved or r.steps_since_sync > 0
+            if self._blocks(r):
+                self._blocker = r
+                return
+        self._blocker = None
+        if moved:
+            self._arm_sync(ctx)
+
+    def _arm_sync(self, ctx: Context) -> None:
+        self.sync_cycle += 1
+        self.sync_armed_at = ctx.now()
+        self.sync_acked = set()
+        self._tell_all(ctx, SyncNow(cycle=self.sync_cycle))
+
+    @handler
+    def on_sync_ack(self, msg: SyncAck, ctx: Context) -> None:
+        r = self._from_rank(ctx, msg.rank)
+        if r is None or self.sync_armed_at is None:
+            return
+        self.sync_acked.add(r.rank)
+        alive = [a.rank for a in self.ranks.values() if a.alive and not a.exited]
+        if len(self.sync_acked) >= len(alive) and self.sync_acked.issuperset(alive):
+            self._finish_sync(ctx)
+
+    def _finish_sync(self, ctx: Context) -> None:
+        now = ctx.now()
+        sync_s = now - (self.sync_armed_at if self.sync_armed_at is not None else now)
+        window_s = max(1e-9, now - self.window_started)
+        moved = sum(r.steps_since_sync for r in self.ranks.values())
+        self.global_step += moved
+        for r in self.ranks.values():
+            r.steps_since_sync = 0
+        self.sync_armed_at = None
+        if self.settings.sync_policy == "adaptive":
+            overhead = sync_s / window_s
+            target = self.settings.overhead_target
+            if overhead > target:
+                self.anchor = min(self.anchor * 2, max(1, math.ceil(self.anchor * overhead / target)))
+            elif overhead < target / 2 and self.anchor > 1:
+                self.anchor = max(1, int(self.anchor * 0.8))
+        self._set_quotas()
+        self.window_started = now
+        self._tell_all(ctx, SetGlobalStep(global_step=self.global_step))
+        self._maybe_finish(ctx)
+
+    # -- metrics and epoch advance ------------------------------------------------
+
+    @handler
+    def on_metrics(self, msg: MetricsMsg, ctx: Context) -> None:
+        r = self._from_rank(ctx, msg.rank)
+        if r is None:
+            return
+        per_epoch = self.metrics.setdefault(msg.epoch, {})
+        previous = per_epoch.get(msg.rank)
+        per_epoch[msg.rank] = msg if previous is None else _add_metrics(previous, msg)
+        r.reported_epoch = max(r.reported_epoch, msg.epoch)
+        if msg.epoch == self.epoch:
+            r.ext_done += msg.extensions
+        self._maybe_sync(ctx)
+        self._maybe_aggregate(ctx)
+
+    def _maybe_aggregate(self, ctx: Context) -> None:
+        if self.phase != "running" or self.epoch < 0 or self.saved:
+            return
+        reports = self.metrics.get(self.epoch, {})
+        if not all(r.rank in reports and r.ext_done >= r.ext_sent for r in self.alive()):
+            return  # a rank has not reported, or still works on a dead rank's remainder
+        aggregate = self._aggregate(self.epoch, reports)
+        self.history.append(aggregate)
+        self._tell_all(ctx, EpochAggregated(metrics=aggregate))
+        self._sink(ctx, aggregate)
+        if self.epoch + 1 < self.settings.num_epochs:
+            self._dispatch_epoch(ctx, self.epoch + 1)
+        else:
+            self.phase = "finishing"
+            self._maybe_finish(ctx)
+
+    def _aggregate(self, epoch: int, reports: dict[int, MetricsMsg]) -> EpochMetrics:
+        n = max(self.ranks) + 1
+        batches = sum(m.batches_processed for m in reports.values()) or 1
+        scalar_sum: dict[str, float] = {}
+        scalar_count: dict[str, int] = {}
+        for m in reports.values():
+            for name, acc in m.scalars.items():
+                scalar_sum[name] = scalar_sum.get(name, 0.0) + acc.sum
+                scalar_count[name] = scalar_count.get(name, 0) + acc.count
+
+        def per(fn: Any, default: Any = 0.0) -> list[Any]:
+            return [fn(reports[i]) if i in reports else default for i in range(n)]
+
+        return EpochMetrics(
+            epoch=epoch,
+            avg_loss=sum(m.avg_loss * m.batches_processed for m in reports.values()) / batches,
+            epoch_ms=max(m.epoch_ms for m in reports.values()),
+            scalars={k: scalar_sum[k] / scalar_count[k] for k in sorted(scalar_sum) if scalar_count[k]},
+            per_rank=per(lambda m: {k: v.sum / v.count for k, v in m.scalars.items() if v.count}, {}),
+            per_rank_throughput=per(lambda m: m.samples_processed / m.share_complete_ms if m.share_complete_ms else 0.0),
+            per_rank_batch_share=per(lambda m: m.batches_processed / batches),
+            per_rank_share_complete_ms=per(lambda m: m.share_complete_ms),
+            per_rank_compute_only_ms=per(lambda m: m.compute_only_ms),
+            per_rank_data_starve_ms=per(lambda m: m.data_starve_ms),
+            per_rank_loss=per(lambda m: m.avg_loss, None),
+            per_rank_samples=per(lambda m: m.samples_processed, 0),
+            device_indices=[],
+        )
+
+    # -- endings --------------------------------------------------------------------
+
+    def _maybe_finish(self, ctx: Context) -> None:
+        if self.phase != "finishing" or self.saved:
+            return
+        alive = self.alive()
+        if self.sync_armed_at is not None:
+            return  # the last sync must be acknowledged by every alive rank first
+        if len(alive) >= 2 and any(r.steps_since_sync for r in alive):
+            self._arm_sync(ctx)  # one final consensus reduce
+            return
+        if self.settings.final_eval and not self.final_eval_pending and not getattr(self, "_final_eval_sent", False):
+            target = self.ranks.get(self.eval_role) if self.eval_role is not None else None
+            if target is not None and target.alive:
+                self._final_eval_sent = True
+                self.final_eval_pending = True
+                self._send_eval(ctx, self.settings.num_epochs, final=True)
+                return
+        if self.final_eval_pending:
+            return
+        self.phase = "stopping"
+        self.shutdown_at = ctx.now()
+        self._tell_all(ctx, Shutdown())
+
+    def _save_and_shutdown(self, ctx: Context, reason: SaveReason) -> None:
+        if self.saved is not None:
+            return  # never twice
+        self.saved = reason
+        ctx.log.error("the run cannot go on; saving and shutting down", reason=reason.value)
+        if self.settings.save_stem:
+            self.write_meta(self._meta(reason, ctx))
+        self._tell_all(ctx, ShutdownWithSave(reason=reason))
+        self.phase = "stopping"
+        self.shutdown_at = ctx.now()
+
+    def _meta(self, reason: SaveReason, ctx: Context) -> dict[str, Any]:
+        return {
+            "schema": META_SCHEMA,
+            "run_id": self.settings.run_id,
+            "epoch": max(self.epoch, 0),
+            "global_step": self.global_step,
+            "sync_round": self.sync_cycle,
+            "world_size_at_save": len(self.alive()),
+            "save_reason": reason.value,
+            "anchor": self.anchor,
+            "ms_per_batch": {str(r.rank): r.ms_per_batch for r in self.ranks.values()},
+            "wall_time": ctx.wall(),
+        }
+
+    def write_meta(self, meta: dict[str, Any]) -> None:
+        """Write ``<save_stem>.meta.json`` (an effect: replay tests may override it)."""
+        path = pathlib.Path(f"{self.settings.save_stem}.meta.json")
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
+
+
+def _add_metrics(a: MetricsMsg, b: MetricsMsg) -> MetricsMsg:
+    """Two reports of one rank for one epoch (progressive chunks) summed."""
+    batches = a.batches_processed + b.batches_processed
+    scalars = dict(a.scalars)
+    for name, acc in b.scalars.items():
+        old = scalars.get(name)
+        scalars[name] = acc if old is None else type(acc)(sum=old.sum + acc.sum, count=old.count + acc.count)
+    return msgspec.structs.replace(
+        a,
+        avg_loss=(a.avg_loss * a.batches_processed + b.avg_loss * b.batches_processed) / max(1, batches),
+        batches_processed=batches,
+        epoch_ms=max(a.epoch_ms, b.epoch_ms),
+        samples_processed=a.samples_processed + b.samples_processed,
+        share_complete_ms=max(a.share_complete_ms, b.share_complete_ms),
+        compute_only_ms=a.compute_only_ms + b.compute_only_ms,
+        data_starve_ms=a.data_starve_ms + b.data_starve_ms,
+        scalars=scalars,
+        extensions=a.extensions + b.extensions,
+    )

@@ -1,0 +1,160 @@
+"""The actor base class: handlers found by message type.
+
+An actor is a state machine.  A handler receives one message and a
+:class:`~actorwire.actors.Context`, updates state and asks the context for
+effects (send, reply, timers, watches).  It never touches a socket, a thread,
+the clock or an unseeded random generator, which is what makes recording and
+replay exact and unit tests instant.
+
+Example::
+
+    class Counter(Actor):
+        def __init__(self) -> None:
+            self.total = 0
+
+        @handler
+        def on_batch(self, msg: Batch, ctx: Context) -> None:
+            self.total += 1
+            if ctx.correlation_id:
+                ctx.reply(Heartbeat(rank=msg.rank, step_count=self.total))
+"""
+
+from __future__ import annotations
+
+import inspect
+import types
+import typing
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
+
+from actorwire.messages import Message
+
+if TYPE_CHECKING:
+    from actorwire.actors.runtime._context import Context
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def handler(*args: Any) -> Any:
+    """Mark a method as the handler of the message types it names.
+
+    ``@handler`` reads the type from the annotation of the message parameter
+    (a union registers every member); ``@handler(Batch, SyncAck)`` names them.
+    """
+    if len(args) == 1 and callable(args[0]) and not isinstance(args[0], type):
+        fn = args[0]
+        fn.__actorwire_handles__ = None  # resolved from annotations by the class
+        return fn
+    kinds = args
+    for kind in kinds:
+        if not (isinstance(kind, type) and issubclass(kind, Message)):
+            raise TypeError(f"@handler takes message classes, got {kind!r}")
+
+    def mark(fn: F) -> F:
+        fn.__actorwire_handles__ = tuple(kinds)  # type: ignore[attr-defined]
+        return fn
+
+    return mark
+
+
+def _annotated_types(cls: type, fn: Callable[..., Any]) -> tuple[type[Message], ...]:
+    hints = typing.get_type_hints(fn)
+    params = [p for p in fn.__code__.co_varnames[1 : fn.__code__.co_argcount]]
+    if not params or params[0] not in hints:
+        raise TypeError(
+            f"{cls.__name__}.{fn.__name__}: annotate the message parameter "
+            f"(e.g. `msg: Batch`) or use @handler(Batch)"
+        )
+    tp = hints[params[0]]
+    members = typing.get_args(tp) if typing.get_origin(tp) in (typing.Union, types.UnionType) else (tp,)
+    for member in members:
+        if not (isinstance(member, type) and issubclass(member, Message)):
+            raise TypeError(f"{cls.__name__}.{fn.__name__}: {member!r} is not a message class")
+    return tuple(members)
+
+
+class Actor:
+    """Base class of every actor.  Subclasses declare handlers with :func:`handler`."""
+
+    _handlers: ClassVar[dict[type[Message], str]] = {}
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        table: dict[type[Message], str] = {}
+        for klass in reversed(cls.__mro__):
+            for attr, fn in vars(klass).items():
+                if not hasattr(fn, "__actorwire_handles__"):
+                    continue
+                if attr in _HOOKS:
+                    raise TypeError(f"{klass.__name__}.{attr}: {attr}() is a lifecycle hook; "
+                                    f"name the handler something else")
+                kinds = fn.__actorwire_handles__ or _annotated_types(klass, fn)
+                for kind in kinds:
+                    owner = table.get(kind)
+                    if owner is not None and owner != attr and klass is cls and _defined_here(cls, owner):
+                        raise TypeError(f"{cls.__name__}: both {owner}() and {attr}() handle {kind.__name__}")
+                    table[kind] = attr
+        cls._handlers = table
+
+    # -- hooks (override as needed) --------------------------------------
+
+    def on_start(self, ctx: Context) -> None:
+        """Runs in the actor's thread before the first message."""
+
+    def on_stop(self, ctx: Context) -> None:
+        """Runs in the actor's thread after the last message."""
+
+    def on_unhandled(self, message: Message, ctx: Context) -> None:
+        """A message with no handler arrived.  Default: log it (an ask gets an error reply)."""
+        ctx.log.warning("no handler for message", kind=type(message).wire_tag(), sender=ctx.sender)
+
+    def on_error(self, error: Exception, message: Message, ctx: Context) -> bool:
+        """A handler raised.  Return True to keep running (default), False to stop the actor.
+
+        The error is already logged, and an asker already has its error reply.
+        """
+        return True
+
+    # -- dispatch ---------------------------------------------------------
+
+    @classmethod
+    def handler_for(cls, kind: type[Message]) -> str | None:
+        """Name of the method handling ``kind`` (exact type first, then its bases)."""
+        name = cls._handlers.get(kind)
+        if name is None:
+            for base in kind.__mro__[1:]:
+                name = cls._handlers.get(base)  # type: ignore[call-overload]
+                if name is not None:
+                    cls._handlers[kind] = name  # cache the resolution
+                    break
+        return name
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> Actor:
+        self = super().__new__(cls)
+        # Remembered so that config() can rebuild the actor for replay by default.
+        self._actorwire_init = (args, kwargs)
+        return self
+
+    def config(self) -> dict[str, Any]:
+        """Keyword arguments that rebuild this actor (recorded in logs, used by replay).
+
+        By default, the arguments the actor was constructed with.  Override it
+        when those are not plain data (msgpack-encodable).
+        """
+        args, kwargs = getattr(self, "_actorwire_init", ((), {}))
+        if not args:
+            return dict(kwargs)
+        try:
+            bound = inspect.signature(type(self).__init__).bind(self, *args, **kwargs)
+        except TypeError:
+            return {}
+        params = dict(bound.arguments)
+        params.pop("self", None)
+        return params
+
+
+_HOOKS = frozenset({"on_start", "on_stop", "on_error", "on_unhandled", "handler_for", "config"})
+
+
+def _defined_here(cls: type, attr: str) -> bool:
+    return attr in vars(cls)

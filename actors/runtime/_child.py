@@ -1,0 +1,42 @@
+"""Entry point of a child process: build the actors of a spec and serve until told to stop.
+
+Exit status: 0 after a clean exit (the root left, or every actor stopped);
+1 if the actors could not be built; 2 on a malformed spec.
+"""
+
+from __future__ import annotations
+
+import sys
+
+import msgspec
+
+from actorwire.transport import get_logger
+
+from actorwire.actors.runtime._launch import ChildSpec, load_actor, set_process_title
+from actorwire.actors.runtime._system import ActorSystem
+
+
+def main(argv: list[str]) -> int:
+    log = get_logger(role="child")
+    try:
+        spec = msgspec.json.decode(argv[0], type=ChildSpec)
+    except (IndexError, msgspec.DecodeError, msgspec.ValidationError) as exc:
+        log.error("bad child spec", reason=str(exc))
+        return 2
+    set_process_title([a.name for a in spec.actors])
+    system = ActorSystem(run_id=spec.run_id, join=spec.join, node_id=spec.node_id, rank=spec.rank,
+                         takeover=spec.takeover)
+    try:
+        for actor_spec in spec.actors:
+            system.spawn(load_actor(actor_spec), actor_spec.name)
+    except Exception:
+        log.exception("could not start the actors")
+        system.shutdown()
+        return 1
+    system.wait()
+    system.shutdown()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

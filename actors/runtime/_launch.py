@@ -1,0 +1,236 @@
+"""Starting actors in child processes, and attaching processes started by others.
+
+A child is ``python -m actorwire.actors.runtime._child SPEC`` where SPEC is a JSON
+document (never a pickle): the root endpoint, the run id, the node id the
+parent chose for it, and the actors to build (``module:Class`` plus a JSON
+config passed as keyword arguments).  The parent watches the child's exit
+status, so a crash is reported as ``dead`` at once instead of after the
+staleness timeout; a child that leaves cleanly says so first (``exited``).
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import subprocess
+import sys
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+import msgspec
+
+from actorwire.transport import get_logger
+from actorwire.transport._endpoints import new_node_id
+
+from actorwire.actors.runtime._actor import Actor
+
+
+class ActorSpec(msgspec.Struct, frozen=True):
+    """How to build one actor in a child process."""
+
+    name: str
+    #: ``"package.module:ClassName"``.
+    target: str
+    #: Keyword arguments for the class, JSON-able.
+    config: dict[str, Any] = {}
+
+
+class ChildSpec(msgspec.Struct, frozen=True):
+    join: str
+    run_id: str
+    node_id: str
+    actors: list[ActorSpec]
+    rank: int | None = None
+    takeover: bool = False
+
+
+def load_actor(spec: ActorSpec) -> Actor:
+    """Import ``spec.target`` and build it with ``spec.config``; errors name the spec."""
+    module_name, sep, qualname = spec.target.partition(":")
+    if not sep or not module_name or not qualname:
+        raise ValueError(f"actor target must look like 'package.module:Class', got {spec.target!r}")
+    obj: Any = importlib.import_module(module_name)
+    for part in qualname.split("."):
+        obj = getattr(obj, part)
+    if not (isinstance(obj, type) and issubclass(obj, Actor)):
+        raise TypeError(f"{spec.target} is not an Actor subclass")
+    return obj(**spec.config)
+
+
+def set_process_title(names: list[str]) -> None:
+    """``ps`` shows ``actorwire <actor names>`` for this process."""
+    if os.environ.get("ACTORWIRE_PROCTITLE", "1") == "0":
+        return
+    try:
+        import setproctitle
+    except ImportError:  # pragma: no cover - a declared dependency
+        return
+    setproctitle.setproctitle("actorwire " + " ".join(names) if names else "actorwire")
+
+
+class ChildProcess:
+    """A process started by :meth:`ActorSystem.spawn_process`."""
+
+    def __init__(self, system: Any, actors: list[ActorSpec], *, rank: int | None, env: Mapping[str, str] | None,
+                 takeover: bool = False, node_id: str | None = None, argv: list[str] | None = None) -> None:
+        self.node_id = node_id or new_node_id()
+        self.names = [a.name for a in actors]
+        child_env = dict(os.environ)
+        # Everything attach() needs, so a launched script joins with no flags.
+        child_env.update({"ACTORWIRE_JOIN": system.endpoint, "ACTORWIRE_RUN_ID": system.run_id,
+                          "ACTORWIRE_NODE_ID": self.node_id})
+        if rank is not None:
+            child_env["ACTORWIRE_RANK"] = str(rank)
+        child_env.update(env or {})
+        if argv is None:
+            spec = ChildSpec(join=system.endpoint, run_id=system.run_id, node_id=self.node_id, actors=actors,
+                             rank=rank, takeover=takeover)
+            argv = [sys.executable, "-m", "actorwire.actors.runtime._child", msgspec.json.encode(spec).decode()]
+        self._log = get_logger(child=self.node_id, actors=self.names or argv[-1])
+        self.process = subprocess.Popen(argv, env=child_env, stdin=subprocess.DEVNULL)
+        self._system = system
+        self._watcher = threading.Thread(target=self._watch, name=f"watch {self.node_id}", daemon=True)
+        self._watcher.start()
+
+    @property
+    def pid(self) -> int:
+        return self.process.pid
+
+    @property
+    def returncode(self) -> int | None:
+        return self.process.poll()
+
+    def _watch(self) -> None:
+        code = self.process.wait()
+        if code != 0:
+            self._log.warning("child process exited", status=code)
+        try:
+            self._system._node.report_process_exit(self.node_id, code)
+        except Exception:  # the system may be closing
+            pass
+
+    def kill(self) -> None:
+        """SIGKILL the child (for tests and fault injection)."""
+        if self.process.poll() is None:
+            self.process.kill()
+
+    def wait(self, timeout: float | None = None) -> int:
+        return self.process.wait(timeout)
+
+    def stop(self, timeout: float = 10.0) -> int:
+        """Wait for a clean exit, then terminate, then kill; returns the exit status."""
+        try:
+            return self.process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            self._log.warning("child did not exit in time; terminating it")
+            self.process.terminate()
+            try:
+                return self.process.wait(timeout)
+            except subprocess.TimeoutExpired:
+                self.process.kill()
+                return self.process.wait()
+
+
+#: The coordinator's port when a launcher's environment (torchrun, SLURM) gives only a host.
+DEFAULT_PORT = 29555
+
+
+def first_host(nodelist: str) -> str:
+    """The first host of a SLURM node list: ``gpu[03-05,9],cpu1`` -> ``gpu03``."""
+    nodelist = nodelist.strip()
+    if not nodelist:
+        raise ValueError("empty SLURM node list")
+    head = ""
+    depth = 0
+    for ch in nodelist:  # the first comma outside brackets ends the first group
+        if ch == "," and depth == 0:
+            break
+        depth += ch == "["
+        depth -= ch == "]"
+        head += ch
+    if "[" not in head:
+        return head
+    prefix, rest = head.split("[", 1)
+    first = rest.rstrip("]").split(",")[0].split("-")[0]
+    return prefix + first
+
+
+class LaunchEnv(msgspec.Struct, frozen=True):
+    """Where to join and who we are, as the launcher said."""
+
+    join: str | None
+    run_id: str | None
+    rank: int | None
+    world_size: int | None
+    local_rank: int | None
+    #: "actorwire", "torchrun", "slurm" or "none".
+    source: str
+
+
+def launch_env(env: Mapping[str, str] | None = None) -> LaunchEnv:
+    """Read the launcher's environment: ours (``ACTORWIRE_*``), else torchrun's, else SLURM's.
+
+    torchrun: ``RANK``, ``WORLD_SIZE``, ``LOCAL_RANK``, ``MASTER_ADDR``, run id
+    ``TORCHELASTIC_RUN_ID``.  SLURM: ``SLURM_PROCID``, ``SLURM_NTASKS``,
+    ``SLURM_LOCALID``, the first host of ``SLURM_NODELIST`` (or
+    ``SLURM_JOB_NODELIST``), run id ``SLURM_JOB_ID``.  The coordinator listens on
+    ``$ACTORWIRE_PORT`` (default 29555) of that host.  ``ACTORWIRE_*`` values
+    win over both.
+    """
+    env = os.environ if env is None else env
+    port = env.get("ACTORWIRE_PORT", str(DEFAULT_PORT))
+
+    def num(*names: str) -> int | None:
+        for name in names:
+            if env.get(name, "").strip():
+                try:
+                    return int(env[name])
+                except ValueError:
+                    raise ValueError(f"{name}={env[name]!r} is not an integer") from None
+        return None
+
+    source, join, run_id = "none", None, None
+    if "SLURM_PROCID" in env and ("SLURM_NODELIST" in env or "SLURM_JOB_NODELIST" in env):
+        source = "slurm"
+        join = f"tcp://{first_host(env.get('SLURM_NODELIST') or env['SLURM_JOB_NODELIST'])}:{port}"
+        run_id = env.get("SLURM_JOB_ID")
+    if "MASTER_ADDR" in env and "RANK" in env:  # torchrun inside an allocation wins over SLURM's own
+        source = "torchrun"
+        join = f"tcp://{env['MASTER_ADDR']}:{port}"
+        run_id = env.get("TORCHELASTIC_RUN_ID") or run_id
+    if env.get("ACTORWIRE_JOIN"):
+        source, join = "actorwire", env["ACTORWIRE_JOIN"]
+    run_id = env.get("ACTORWIRE_RUN_ID") or run_id
+    if source == "torchrun":
+        rank, world, local = num("ACTORWIRE_RANK", "RANK"), num("ACTORWIRE_WORLD_SIZE", "WORLD_SIZE"), \
+            num("LOCAL_RANK")
+    else:
+        rank = num("ACTORWIRE_RANK", "RANK", "SLURM_PROCID")
+        world = num("ACTORWIRE_WORLD_SIZE", "WORLD_SIZE", "SLURM_NTASKS")
+        local = num("LOCAL_RANK", "SLURM_LOCALID")
+    return LaunchEnv(join=join, run_id=run_id, rank=rank, world_size=world, local_rank=local, source=source)
+
+
+def attach(**overrides: Any) -> Any:
+    """Join the running system described by the environment.
+
+    Reads ``ACTORWIRE_JOIN`` (the root endpoint), ``ACTORWIRE_RUN_ID`` and
+    ``ACTORWIRE_RANK``, or a torchrun or SLURM environment (see
+    :func:`launch_env`); keyword arguments override them.
+    """
+    from actorwire.actors.runtime._system import ActorSystem
+
+    env = os.environ
+    found = launch_env(env)
+    join = overrides.pop("join", None) or found.join
+    run_id = overrides.pop("run_id", None) or found.run_id
+    missing = [n for n, v in (("ACTORWIRE_JOIN (or MASTER_ADDR, or SLURM_NODELIST)", join),
+                              ("ACTORWIRE_RUN_ID (or TORCHELASTIC_RUN_ID, or SLURM_JOB_ID)", run_id)) if not v]
+    if missing:
+        raise RuntimeError(f"attach(): {' and '.join(missing)} not set in the environment")
+    rank = overrides.pop("rank", None)
+    if rank is None:
+        rank = found.rank
+    node_id = overrides.pop("node_id", None) or env.get("ACTORWIRE_NODE_ID")
+    return ActorSystem(run_id=run_id, join=join, rank=rank, proctitle=True, node_id=node_id, **overrides)

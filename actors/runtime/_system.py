@@ -1,0 +1,668 @@
+"""ActorSystem: hosts actors in a process, and lets any thread talk to them.
+
+Each actor runs in its own thread and handles one message at a time.  The
+transport's I/O thread owns every socket (see :mod:`actorwire.transport._node`);
+user threads may call ``tell``/``ask`` freely, and a trainer that wants to be
+told things gets an :class:`Inbox` it polls without blocking.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any, NamedTuple, TypeVar, overload
+
+from actorwire.messages import (
+    AskFailed,
+    Down,
+    DownReason,
+    Envelope,
+    ErrorCode,
+    ErrorReply,
+    Message,
+    TimerFired,
+)
+from actorwire.transport._security import Security
+from actorwire.transport import (
+    ActorDead,
+    BlockingReply,
+    AskTimeout,
+    Mailbox,
+    Node,
+    RemoteError,
+    RuntimeConfig,
+    SystemClosed,
+    UnknownActor,
+    get_logger,
+)
+
+from actorwire.actors.runtime._actor import Actor
+from actorwire.actors.runtime._context import LiveContext
+from actorwire.actors.runtime._launch import ActorSpec, ChildProcess, set_process_title
+from actorwire.actors.runtime._record import RecordingContext, Recorder, RecordSettings
+from actorwire.actors.runtime._timers import Timers
+
+R = TypeVar("R", bound=Message)
+_STOP = object()
+
+
+class UnexpectedReply(RemoteError):
+    """An ask got a reply of another kind than the caller expected."""
+
+    def __init__(self, target: str, expected: type, got: Message) -> None:
+        Exception.__init__(
+            self, f"{target!r} answered `{type(got).wire_tag()}`, expected `{expected.wire_tag()}`"
+        )
+        self.target = target
+        self.reply = got
+
+
+def _failure_code(error: Exception) -> ErrorCode:
+    if isinstance(error, AskTimeout):
+        return ErrorCode.TIMEOUT
+    if isinstance(error, ActorDead):
+        return ErrorCode.TARGET_DEAD
+    if isinstance(error, RemoteError):
+        return error.code
+    if isinstance(error, SystemClosed):
+        return ErrorCode.SHUTTING_DOWN
+    return ErrorCode.HANDLER_FAILED
+
+
+class _ActorLog:
+    """The actor's logger; each call adds the kind and correlation id of the current message."""
+
+    __slots__ = ("_base", "_ctx")
+
+    def __init__(self, base: Any) -> None:
+        self._base = base
+        self._ctx: LiveContext | None = None
+
+    def _extra(self, kw: dict[str, Any]) -> dict[str, Any]:
+        env = self._ctx.envelope if self._ctx is not None else None
+        if env is not None:
+            kw.setdefault("sender", env.sender)
+            kw.setdefault("seq", env.seq)
+            if env.correlation_id:
+                kw.setdefault("corr", env.correlation_id)
+        return kw
+
+    def debug(self, event: str, **kw: Any) -> None:
+        self._base.debug(event, **self._extra(kw))
+
+    def info(self, event: str, **kw: Any) -> None:
+        self._base.info(event, **self._extra(kw))
+
+    def warning(self, event: str, **kw: Any) -> None:
+        self._base.warning(event, **self._extra(kw))
+
+    def error(self, event: str, **kw: Any) -> None:
+        self._base.error(event, **self._extra(kw))
+
+    def exception(self, event: str, **kw: Any) -> None:
+        self._base.exception(event, **self._extra(kw))
+
+
+class _Cell:
+    """One actor, its mailbox and its thread."""
+
+    def __init__(self, system: ActorSystem, name: str, actor: Actor, seed: int) -> None:
+        self.system = system
+        self.name = name
+        self.actor = actor
+        self.mailbox: Mailbox[tuple[Envelope, Any, str | None]] = Mailbox(system.config.mailbox_capacity)
+        self.log = _ActorLog(get_logger(actor=name, rank=system.rank, cls=type(actor).__qualname__))
+        self.recorder: Recorder | None = None
+        settings = system._record
+        if settings is not None and settings.wants(name):
+            self.recorder = Recorder(settings, run_id=system.run_id, name=name, actor=actor, rank=system.rank,
+                                     seed=seed)
+            self.ctx: LiveContext = RecordingContext(self, seed, self.recorder)
+        else:
+            self.ctx = LiveContext(self, seed)
+        self.log._ctx = self.ctx
+        self.stopping = False
+        self.thread = threading.Thread(target=self._run, name=f"actor {name}", daemon=True)
+
+    # -- delivery (any thread) -------------------------------------------
+
+    def deliver(self, envelope: Envelope, message: Message, source: str | None, timeout: float | None) -> bool:
+        return self.mailbox.put((envelope, message, source), timeout)
+
+    def deliver_timer(self, message: TimerFired, envelope: Envelope) -> None:
+        try:
+            self.mailbox.put((envelope, message, None), None)
+        except SystemClosed:
+            pass
+
+    def ask(self, target: str, message: Message, timeout: float | None) -> int:
+        put = self.mailbox.put
+        kind = type(message).wire_tag()
+
+        def on_reply(envelope: Envelope, reply: Message) -> None:
+            try:
+                put((envelope, reply, None), None)
+            except SystemClosed:
+                pass
+
+        def on_failure(corr: int, error: Exception) -> None:
+            failed = AskFailed(correlation_id=corr, target=target, request_kind=kind,
+                               reason=str(error), code=_failure_code(error))
+            envelope = Envelope(sender=target, target=self.name, seq=0, correlation_id=corr, is_reply=True)
+            try:
+                put((envelope, failed, None), None)
+            except SystemClosed:
+                pass
+
+        return self.system._node.ask(self.name, target, message, timeout=timeout,
+                                     on_reply=on_reply, on_failure=on_failure)
+
+    # -- the actor's thread ----------------------------------------------
+
+    def _run(self) -> None:
+        actor, ctx, node, log = self.actor, self.ctx, self.system._node, self.log
+        methods: dict[type, Any] = {}
+        rec = self.recorder
+        if rec is not None:
+            rec.begin()
+        try:
+            actor.on_start(ctx)
+        except Exception:
+            log.exception("on_start failed; the actor stops")
+            self.stopping = True
+        get_many = self.mailbox.get_many
+        leftover: list[tuple[Envelope, Any, str | None]] = []
+        while not self.stopping:
+            try:
+                batch = get_many()
+            except SystemClosed:
+                break
+            # Credit for remote senders goes back once per batch, not per message.
+            acks: dict[tuple[str, str, str], int] = {}
+            for i, (envelope, message, source) in enumerate(batch):
+                if message is _STOP or self.stopping:
+                    leftover = batch[i:]
+                    self.stopping = True
+                    break
+                ctx.envelope = envelope
+                ctx._source = source
+                error: Exception | None = None
+                if rec is not None:
+                    rec.message(envelope, message)
+                try:
+                    method = methods.get(type(message))
+                    if method is None:
+                        name = actor.handler_for(type(message))
+                        method = getattr(actor, name) if name else False
+                        methods[type(message)] = method
+                    if method:
+                        method(message, ctx)
+                    else:
+                        self._unhandled(message, envelope, source)
+                except Exception as exc:
+                    error = exc
+                    self._failed(exc, message, envelope, source)
+                if rec is not None:
+                    rec.done(error)
+                if source is not None:
+                    acks[(source, envelope.sender, envelope.target)] = envelope.seq
+            if acks:
+                node.handled_many(acks, len(batch) - len(leftover))
+        ctx.envelope = None
+        try:
+            actor.on_stop(ctx)
+        except Exception:
+            log.exception("on_stop failed")
+        self._retire(leftover)
+
+    def _unhandled(self, message: Message, envelope: Envelope, source: str | None) -> None:
+        self.actor.on_unhandled(message, self.ctx)
+        if envelope.correlation_id and not envelope.is_reply:
+            self.system._node.reply(self.name, envelope, source, ErrorReply(
+                code=ErrorCode.NO_HANDLER, request_kind=type(message).wire_tag(),
+                message=f"{type(self.actor).__name__} has no handler for `{type(message).wire_tag()}`"))
+
+    def _failed(self, exc: Exception, message: Message, envelope: Envelope, source: str | None) -> None:
+        log = self.log
+        log.exception("handler failed", kind=type(message).wire_tag())
+        if envelope.correlation_id and not envelope.is_reply:
+            try:
+                self.system._node.reply(self.name, envelope, source, ErrorReply(
+                    code=ErrorCode.HANDLER_FAILED, request_kind=type(message).wire_tag(),
+                    message=f"{type(exc).__name__}: {exc}"))
+            except Exception:
+                log.exception("could not send the error reply")
+        try:
+            if not self.actor.on_error(exc, message, self.ctx):
+                self.stopping = True
+        except Exception:
+            log.exception("on_error failed; the actor stops")
+            self.stopping = True
+
+    def _retire(self, leftover: list[tuple[Envelope, Any, str | None]]) -> None:
+        system, node = self.system, self.system._node
+        system._timers.cancel_all(self)
+        if self.recorder is not None:
+            self.recorder.close()
+        node.remove_local(self.name)
+        left = leftover + self.mailbox.close()
+        tells = 0
+        for envelope, message, source in left:
+            if message is _STOP:
+                continue
+            if envelope.correlation_id and not envelope.is_reply:
+                try:
+                    node.reply(self.name, envelope, source, ErrorReply(
+                        code=ErrorCode.TARGET_DEAD, request_kind=type(message).wire_tag(),
+                        message=f"actor {self.name!r} stopped before handling it"))
+                except Exception:
+                    pass
+            elif not envelope.is_reply:
+                tells += 1
+            if source is not None:
+                node.handled(source, envelope)
+        if tells:
+            self.log.error("actor stopped with unhandled messages", count=tells)
+        system._cells.pop(self.name, None)
+
+
+class Received(NamedTuple):
+    """A message taken from an :class:`Inbox`."""
+
+    message: Message
+    envelope: Envelope
+    source: str | None
+
+    @property
+    def sender(self) -> str:
+        return self.envelope.sender
+
+
+class Inbox:
+    """A named mailbox for a user thread (e.g. the training loop).
+
+    Other actors address it by name like any actor.  ``poll()`` never blocks;
+    ``get(timeout)`` waits.  Use it from one thread at a time.
+    """
+
+    def __init__(self, system: ActorSystem, name: str) -> None:
+        self.name = name
+        self._system = system
+        self._node = system._node
+        self._mailbox: Mailbox[tuple[Envelope, Message, str | None]] = Mailbox(system.config.mailbox_capacity)
+
+    def _deliver(self, envelope: Envelope, message: Message, source: str | None, timeout: float | None) -> bool:
+        return self._mailbox.put((envelope, message, source), timeout)
+
+    def _take(self, item: tuple[Envelope, Message, str | None] | None) -> Received | None:
+        if item is None:
+            return None
+        envelope, message, source = item
+        if source is not None:
+            self._node.handled(source, envelope)
+        return Received(message, envelope, source)
+
+    def poll(self) -> Received | None:
+        """The oldest message, or None at once if there is none."""
+        return self._take(self._mailbox.get_nowait())
+
+    def get(self, timeout: float | None = None) -> Received | None:
+        """The oldest message, waiting up to ``timeout`` s (None: forever); None on timeout."""
+        return self._take(self._mailbox.get(timeout))
+
+    def drain(self) -> Iterator[Received]:
+        """Every message waiting now, oldest first, without blocking."""
+        while (item := self.poll()) is not None:
+            yield item
+
+    def __len__(self) -> int:
+        return len(self._mailbox)
+
+    def tell(self, target: str, message: Message, *, timeout: float | None = None) -> None:
+        self._node.send(self.name, target, message, timeout=timeout)
+
+    def tell_nowait(self, target: str, message: Message) -> None:
+        self._node.send(self.name, target, message, block=False)
+
+    def ask(self, target: str, message: Message, *, timeout: float | None = None,
+            expect: type[R] | None = None) -> Any:
+        return self._system._blocking_ask(self.name, target, message, timeout, expect)
+
+    def reply(self, to: Received, message: Message) -> None:
+        if not to.envelope.correlation_id or to.envelope.is_reply:
+            raise RuntimeError(f"the message from {to.sender!r} is not an ask")
+        self._node.reply(self.name, to.envelope, to.source, message)
+
+    def watch(self, name: str) -> None:
+        self._system._watch(self.name, name)
+
+    def close(self) -> None:
+        self._system._inboxes.pop(self.name, None)
+        self._node.remove_local(self.name)
+        self._mailbox.close()
+
+
+class ActorSystem:
+    """Actors of one process, joined to a system of processes.
+
+    With ``join=None`` this process is the root: it holds the registry and
+    others join it at :attr:`endpoint`.  With ``join=ENDPOINT`` it joins a
+    running system (use :func:`attach` to read the endpoint and run id from
+    the environment).
+    """
+
+    def __init__(
+        self,
+        *,
+        run_id: str | None = None,
+        join: str | None = None,
+        bind: str | None = None,
+        config: RuntimeConfig | None = None,
+        rank: int | None = None,
+        seed: int | None = None,
+        takeover: bool = False,
+        node_id: str | None = None,
+        proctitle: bool = False,
+        record: str | RecordSettings | None = None,
+        security: Security | None = None,
+    ) -> None:
+        if join is not None and run_id is None:
+            raise ValueError("joining a system needs its run_id")
+        self.run_id = run_id or uuid.uuid4().hex[:12]
+        self.config = config or RuntimeConfig()
+        self.rank = rank
+        self.seed = seed if seed is not None else _stable_int(self.run_id)
+        self._cells: dict[str, _Cell] = {}
+        self._inboxes: dict[str, Inbox] = {}
+        self._watchers: dict[str, set[str]] = {}
+        self._watch_lock = threading.Lock()
+        self._thread_names = threading.local()
+        self._closed = False
+        self._record = RecordSettings(record) if isinstance(record, str) else record or RecordSettings.from_env()
+        self.log = get_logger(run_id=self.run_id, rank=rank)
+        self._node = Node(run_id=self.run_id, root_endpoint=join, bind_tcp=bind, config=self.config,
+                          on_down=self._on_down, node_id=node_id, takeover=takeover, security=security)
+        self._timers = Timers()
+        self._children: list[ChildProcess] = []
+        self._proctitle = proctitle
+        self._idle = threading.Condition()
+        try:
+            self._node.start()
+        except BaseException:
+            self._timers.close()
+            raise
+
+    # -- properties ------------------------------------------------------
+
+    @property
+    def endpoint(self) -> str:
+        """Where other processes join this system (the root's endpoint)."""
+        return self._node.root_endpoint
+
+    @property
+    def node_id(self) -> str:
+        return self._node.node_id
+
+    @property
+    def is_root(self) -> bool:
+        return self._node.is_root
+
+    def names(self) -> list[str]:
+        return self._node.names()
+
+    def wait_for(self, name: str, timeout: float = 10.0) -> None:
+        self._node.wait_for(name, timeout)
+
+    # -- actors ----------------------------------------------------------
+
+    def spawn(self, actor: Actor, name: str) -> str:
+        """Start ``actor`` under ``name`` in this process; returns the name."""
+        if not isinstance(actor, Actor):
+            raise TypeError(f"spawn() takes an Actor instance, got {type(actor).__name__}")
+        self._check_open()
+        cell = _Cell(self, name, actor, _stable_int(f"{self.seed}:{name}"))
+        self._node.add_local(name, cell.deliver, deliver_many=cell.mailbox.put_many)
+        self._cells[name] = cell
+        cell.thread.start()
+        if self._proctitle:
+            set_process_title(sorted(self._cells))
+        return name
+
+    def spawn_process(
+        self,
+        actors: dict[str, str] | list[ActorSpec],
+        *,
+        config: dict[str, dict[str, Any]] | None = None,
+        rank: int | None = None,
+        env: dict[str, str] | None = None,
+        wait: bool = True,
+        timeout: float = 30.0,
+        takeover: bool = False,
+    ) -> ChildProcess:
+        """Start actors in a new local process; by default wait until they are registered.
+
+        ``actors`` maps names to ``"module:Class"`` targets (``config[name]``
+        gives keyword arguments), or is a list of :class:`ActorSpec`.  The child
+        is watched: if it dies, watchers of its actors get ``Down(dead)`` at once.
+        """
+        self._check_open()
+        if isinstance(actors, dict):
+            specs = [ActorSpec(name, target, (config or {}).get(name, {})) for name, target in actors.items()]
+        else:
+            specs = list(actors)
+        if self._record is not None:  # children record too, into the same directory
+            env = {"ACTORWIRE_RECORD": self._record.directory,
+                   "ACTORWIRE_RECORD_ACTORS": ",".join(self._record.actors), **(env or {})}
+        child = ChildProcess(self, specs, rank=rank, env=env, takeover=takeover)
+        self._children.append(child)
+        if wait:
+            for spec in specs:
+                try:
+                    self.wait_for(spec.name, timeout)
+                except TimeoutError:
+                    code = child.returncode
+                    if code is not None:
+                        raise RuntimeError(
+                            f"child process for {child.names} exited with status {code} before registering"
+                        ) from None
+                    raise
+        return child
+
+    def launch(self, argv: list[str], *, rank: int | None = None, env: dict[str, str] | None = None) -> ChildProcess:
+        """Start any command as a member process: it joins with ``attach()`` and no flags.
+
+        The child gets ``ACTORWIRE_JOIN``, ``ACTORWIRE_RUN_ID``, ``ACTORWIRE_NODE_ID`` (and
+        ``ACTORWIRE_RANK``) and is watched: its actors are reported dead the moment it dies.
+        """
+        self._check_open()
+        if self._record is not None:
+            env = {"ACTORWIRE_RECORD": self._record.directory,
+                   "ACTORWIRE_RECORD_ACTORS": ",".join(self._record.actors), **(env or {})}
+        child = ChildProcess(self, [], rank=rank, env=env, argv=argv)
+        self._children.append(child)
+        return child
+
+    def wait(self, timeout: float | None = None) -> bool:
+        """Block until every local actor has stopped or the root is gone; False on timeout."""
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while True:
+            if not self._cells and not self._inboxes:
+                return True
+            if self._node.root_gone.is_set():
+                return True
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                return False
+            self._node.root_gone.wait(0.05 if left is None else min(0.05, left))
+
+    def stop(self, name: str, timeout: float = 10.0) -> None:
+        """Stop local actor ``name`` after the messages already in its mailbox."""
+        cell = self._cells.get(name)
+        if cell is None:
+            raise UnknownActor(name, self._cells)
+        try:
+            cell.mailbox.put((Envelope(sender=name, target=name, seq=0), _STOP, None), None)
+        except SystemClosed:
+            return
+        cell.thread.join(self.config.scaled(timeout))
+
+    def inbox(self, name: str) -> Inbox:
+        """A named mailbox for the calling user thread."""
+        self._check_open()
+        inbox = Inbox(self, name)
+        self._node.add_local(name, inbox._deliver, deliver_many=inbox._mailbox.put_many)
+        self._inboxes[name] = inbox
+        return inbox
+
+    # -- messaging from user threads -------------------------------------
+
+    def _user_name(self) -> str:
+        """The sender name of the calling user thread (one name per thread keeps FIFO per sender)."""
+        try:
+            return self._thread_names.name  # type: ignore[no-any-return]
+        except AttributeError:
+            name = self._thread_names.name = f"~{self._node.node_id}/{threading.get_ident()}"
+            return name
+
+    def tell(self, target: str, message: Message, *, timeout: float | None = None) -> None:
+        """Send ``message`` to ``target`` from the calling thread.
+
+        Blocks while ``target`` is full, up to ``timeout`` (default: the
+        config's ``send_timeout``), then raises ``BackpressureTimeout``.
+        """
+        self._node.send(self._user_name(), target, message, timeout=timeout)
+
+    def tell_nowait(self, target: str, message: Message) -> None:
+        """``tell`` that raises ``WouldBlock`` at once instead of waiting for room."""
+        self._node.send(self._user_name(), target, message, block=False)
+
+    @overload
+    def ask(self, target: str, message: Message, *, timeout: float | None = ..., expect: type[R]) -> R: ...
+    @overload
+    def ask(self, target: str, message: Message, *, timeout: float | None = ..., expect: None = ...) -> Message: ...
+
+    def ask(self, target: str, message: Message, *, timeout: float | None = None,
+            expect: type[R] | None = None) -> Any:
+        """Send a request and wait for the reply.
+
+        Raises ``AskTimeout`` (naming the target and the kind), ``ActorDead``,
+        ``RemoteError`` (the handler failed or had no handler) or
+        ``UnexpectedReply`` when ``expect`` is given and the reply is another kind.
+        """
+        return self._blocking_ask(self._user_name(), target, message, timeout, expect)
+
+    async def ask_async(self, target: str, message: Message, *, timeout: float | None = None,
+                        expect: type[R] | None = None) -> Any:
+        """``ask`` for asyncio code: awaits the reply without blocking the event loop."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Message] = loop.create_future()
+
+        def settle(value: Any, error: Exception | None) -> None:
+            if future.done():
+                return
+            if error is not None:
+                future.set_exception(error)
+            else:
+                future.set_result(value)
+
+        self._node.ask(
+            self._user_name(), target, message, timeout=timeout,
+            on_reply=lambda env, reply: loop.call_soon_threadsafe(settle, reply, None),
+            on_failure=lambda corr, exc: loop.call_soon_threadsafe(settle, None, exc),
+        )
+        reply = await future
+        if expect is not None and not isinstance(reply, expect):
+            raise UnexpectedReply(target, expect, reply)
+        return reply
+
+    def _blocking_ask(self, sender: str, target: str, message: Message, timeout: float | None,
+                      expect: type[R] | None) -> Any:
+        waiter = BlockingReply()
+        self._node.ask(sender, target, message, timeout=timeout, on_reply=waiter.on_reply,
+                       on_failure=waiter.on_failure)
+        result = waiter.wait()
+        if expect is not None and not isinstance(result, expect):
+            raise UnexpectedReply(target, expect, result)
+        return result
+
+    # -- supervision -----------------------------------------------------
+
+    def _watch(self, watcher: str, name: str) -> None:
+        try:
+            self._node.lookup(name)
+        except ActorDead as dead:
+            self._send_down(watcher, name, dead.reason, str(dead))
+            return
+        with self._watch_lock:
+            self._watchers.setdefault(name, set()).add(watcher)
+
+    def _unwatch(self, watcher: str, name: str) -> None:
+        with self._watch_lock:
+            self._watchers.get(name, set()).discard(watcher)
+
+    def _on_down(self, name: str, reason: DownReason, detail: str) -> None:
+        with self._watch_lock:
+            watchers = self._watchers.pop(name, set())
+        for watcher in watchers:
+            self._send_down(watcher, name, reason, detail)
+
+    def _send_down(self, watcher: str, name: str, reason: DownReason, detail: str) -> None:
+        down = Down(name=name, reason=reason, detail=detail)
+        envelope = Envelope(sender=name, target=watcher, seq=0)
+        target = self._cells.get(watcher) or self._inboxes.get(watcher)
+        if target is None:
+            return
+        try:
+            (target.deliver if isinstance(target, _Cell) else target._deliver)(envelope, down, None, None)
+        except SystemClosed:
+            pass
+
+    # -- lifecycle -------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise SystemClosed("the actor system was shut down")
+
+    def shutdown(self, timeout: float = 10.0) -> None:
+        """Stop every local actor (after its queued messages), leave the system, close sockets.
+
+        Idempotent.  Asks still waiting fail with ``SystemClosed``.
+        """
+        if self._closed:
+            return
+        self._closed = True
+        for name in list(self._cells):
+            cell = self._cells.get(name)
+            if cell is not None:
+                try:
+                    cell.mailbox.put((Envelope(sender=name, target=name, seq=0), _STOP, None), None)
+                except SystemClosed:
+                    pass
+        for cell in list(self._cells.values()):
+            cell.thread.join(self.config.scaled(timeout))
+        for inbox in list(self._inboxes.values()):
+            inbox.close()
+        self._node.close()
+        self._timers.close()
+        for child in self._children:
+            child.stop(self.config.scaled(timeout))
+
+    close = shutdown
+
+    def __enter__(self) -> ActorSystem:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+
+    def __repr__(self) -> str:
+        role = "root" if self.is_root else "member"
+        return f"<ActorSystem {role} run={self.run_id} node={self.node_id} actors={sorted(self._cells)}>"
+
+
+def _stable_int(text: str) -> int:
+    return int.from_bytes(hashlib.sha256(text.encode()).digest()[:8], "big")

@@ -1,0 +1,300 @@
+"""The weight consumer: pulls a sync's weights into its model's tensors.
+
+At start it reserves a ring of ``K`` serve slots on every producer of its
+plan (``ReserveServeBuffer`` with the plan's digest: a consumer built from
+another plan is refused).  Per sync, on ``BeginSync`` from the trainer:
+
+1. groups it pulls nothing from are freed at once, at every owner;
+2. its chunks (one per group and owning rank, in group order) are pulled
+   with ``PullRequest``, each carrying the consumer's own issue index
+   ``seq``; pull ``seq`` is issued only once pull ``seq - K`` has drained,
+   since both use slot ``seq % K`` on the producer;
+3. each ``PullReply`` is copied into the model's tensors (after which the
+   slot may be reused); when the last chunk of a group has drained,
+   ``FreeGroup`` goes to every owner of the group, exactly once;
+4. after the last free, ``EndSync`` tells the trainer it is done.  Its
+   frees were sent before, from this actor, so they reach each producer
+   before anything it sends later: no free of this sync lands in the next.
+
+A ``SyncFailed`` from any producer, or a watched producer going down, ends
+the sync: the failure is passed to every producer and to the trainer.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import msgspec
+
+from actorwire.messages import (
+    BeginSync,
+    Down,
+    EndSync,
+    FreeGroup,
+    PullReply,
+    PullRequest,
+    ReserveServeBuffer,
+    ServeBufferReserved,
+    SyncFailed,
+    TimerFired,
+)
+
+from actorwire.actors.runtime._actor import Actor, handler
+from actorwire.actors.runtime._context import Context
+from actorwire.actors.weights._plan import Chunk, WeightPlan, state_digest
+
+
+#: Seconds between attempts to reserve on producers that do not exist yet.
+RESERVE_RETRY = 0.2
+
+
+class WeightConsumer(Actor):
+    """Pulls weights into ``tensors`` (name -> tensor of the consumer's model, written in place)."""
+
+    def __init__(self, consumer_id: int, plan: WeightPlan, *, tensors: dict[str, Any] | None = None,
+                 wanted: list[str] | None = None) -> None:
+        self.consumer_id = consumer_id
+        if not isinstance(plan, WeightPlan):  # as decoded from a spawn config or a recording
+            plan = msgspec.convert(plan, WeightPlan)
+        self.plan = plan
+        self.tensors = tensors
+        self.wanted = wanted
+        self.chunks, self.empty_groups = plan.chunks(consumer_id, None if wanted is None else set(wanted))
+        self.producer_ranks = sorted({c.rank for c in self.chunks} | {r for g in range(len(plan.group_lens))
+                                                                      for r in plan.owners(g)})
+        self.reserved: set[int] = set()
+        self.refused: str | None = None
+        self.waiting: list[tuple[BeginSync, str]] = []
+        self.importer: Any = None
+        # Per sync.
+        self.sync_id = 0
+        self.active = False
+        self.reply_to = ""
+        self.next_chunk = 0
+        self.seq = 0  # issue index within the sync (consumers sharing a ring issue the same sequence)
+        self.inflight: dict[int, Chunk] = {}
+        self.remaining: dict[int, int] = {}
+        self.syncs_done = 0
+        self.bytes_pulled = 0
+
+    def config(self) -> dict[str, Any]:
+        return {"consumer_id": self.consumer_id, "plan": self.plan, "wanted": self.wanted}
+
+    @property
+    def ready(self) -> bool:
+        return self.reserved >= set(self.producer_ranks)
+
+    def on_start(self, ctx: Context) -> None:
+        from actorwire.transport.planes._serve import TensorImporter
+
+        self.importer = TensorImporter()
+        self.asked: set[int] = set()
+        self._reserve(ctx)
+
+    def _reserve(self, ctx: Context) -> None:
+        """Reserve a serve ring on every producer that exists; retry for the others (they may start later)."""
+        need: dict[int, int] = {}
+        for chunk in self.chunks:
+            need[chunk.rank] = max(need.get(chunk.rank, 0), self.plan.chunk_bytes(chunk))
+        names = set(ctx.names())
+        for rank in self.producer_ranks:
+            producer = self.plan.producers[rank]
+            if rank in self.asked or producer not in names:
+                continue
+            self.asked.add(rank)
+            ctx.watch(producer)
+            wanted = None if self.wanted is None else set(self.wanted)
+            ctx.tell(producer, ReserveServeBuffer(consumer_id=self.consumer_id, nbytes=need.get(rank, 16),
+                                                  plan_digest=self.plan.pull_digest(self.consumer_id, rank, wanted)))
+        if len(self.asked) < len(self.producer_ranks):
+            ctx.start_timer("reserve", RESERVE_RETRY)
+        else:
+            ctx.cancel_timer("reserve")
+
+    @handler
+    def on_tick(self, msg: TimerFired, ctx: Context) -> None:
+        if msg.key == "reserve":
+            self._reserve(ctx)
+
+    def on_stop(self, ctx: Context) -> None:
+        if self.importer is not None:
+            self.importer.drop()
+
+    @handler
+    def on_reserved(self, msg: ServeBufferReserved, ctx: Context) -> None:
+        rank = self.plan.producers.index(ctx.sender) if ctx.sender in self.plan.producers else None
+        if rank is None:
+            ctx.log.warning("weights.unexpected_reservation", sender=ctx.sender)
+            return
+        self.reserved.add(rank)
+        if self.ready:
+            waiting, self.waiting = self.waiting, []
+            for begin, sender in waiting:
+                self._begin(begin, sender, ctx)
+
+    @handler
+    def on_begin(self, msg: BeginSync, ctx: Context) -> None:
+        sender = ctx.sender or ""
+        if self.refused is not None:
+            ctx.tell(sender, SyncFailed(sync_id=msg.sync_id, reason=self.refused))
+        elif not self.ready:
+            self.waiting.append((msg, sender))
+        else:
+            self._begin(msg, sender, ctx)
+
+    def _begin(self, msg: BeginSync, sender: str, ctx: Context) -> None:
+        if self.active:
+            self._abort(f"consumer {self.consumer_id}: sync {msg.sync_id} began before sync {self.sync_id} "
+                        f"finished", ctx)
+        self.sync_id, self.reply_to = msg.sync_id, sender
+        if self.consumer_id not in msg.live_consumer_ids:
+            ctx.tell(sender, EndSync(sync_id=msg.sync_id))  # not live in this sync: nothing to pull
+            return
+        self.active = True
+        self.next_chunk = 0
+        self.seq = 0  # every pull of the last sync has drained: slots are free
+        self.inflight = {}
+        self.remaining = {}
+        for chunk in self.chunks:
+            self.remaining[chunk.group] = self.remaining.get(chunk.group, 0) + 1
+        for group in self.empty_groups:
+            self._free(group, ctx)
+        self._issue(ctx)
+        self._maybe_done(ctx)
+
+    def _free(self, group: int, ctx: Context) -> None:
+        for rank in self.plan.owners(group):
+            ctx.tell(self.plan.producers[rank], FreeGroup(sync_id=self.sync_id, group_idx=group,
+                                                          consumer_id=self.consumer_id))
+
+    def _issue(self, ctx: Context) -> None:
+        k = self.plan.slots
+        while self.next_chunk < len(self.chunks) and len(self.inflight) < k and (self.seq - k) not in self.inflight:
+            chunk = self.chunks[self.next_chunk]
+            self.inflight[self.seq] = chunk
+            ctx.tell(self.plan.producers[chunk.rank], PullRequest(
+                sync_id=self.sync_id, consumer_id=self.consumer_id, seq=self.seq, names=chunk.names))
+            self.seq += 1
+            self.next_chunk += 1
+
+    @handler
+    def on_reply(self, msg: PullReply, ctx: Context) -> None:
+        if not self.active or msg.sync_id != self.sync_id:
+            ctx.log.warning("weights.stale_reply", sync_id=msg.sync_id, seq=msg.seq)
+            return
+        chunk = self.inflight.get(msg.seq)
+        if chunk is None:
+            self._abort(f"consumer {self.consumer_id}: reply for pull {msg.seq}, which is not in flight", ctx)
+            return
+        missing = sorted(set(chunk.names) - set(msg.tensors))
+        if missing:
+            self._abort(f"consumer {self.consumer_id}: pull {msg.seq} came back without {missing}", ctx)
+            return
+        try:
+            self._write(msg, ctx)
+        except Exception as exc:
+            self._abort(f"consumer {self.consumer_id} could not write pull {msg.seq}: {exc}", ctx)
+            return
+        del self.inflight[msg.seq]
+        self.remaining[chunk.group] -= 1
+        if self.remaining[chunk.group] == 0:
+            self._free(chunk.group, ctx)
+        self._issue(ctx)
+        self._maybe_done(ctx)
+
+    def _write(self, msg: PullReply, ctx: Context) -> None:
+        cuda = False
+        for name, ref in msg.tensors.items():
+            view = self.importer.open(ref)
+            self.bytes_pulled += ref.nbytes
+            if self.tensors is None:
+                continue
+            dst = self.tensors.get(name)
+            if dst is None:
+                raise KeyError(f"{name} is not a tensor of this consumer's model")
+            if list(dst.shape) != list(view.shape) or dst.dtype != view.dtype:
+                raise ValueError(f"{name}: got {view.dtype} {list(view.shape)}, the model has {dst.dtype} "
+                                 f"{list(dst.shape)}")
+            dst.copy_(view, non_blocking=view.is_cuda)
+            cuda = cuda or view.is_cuda or dst.is_cuda
+        if cuda:
+            import torch
+
+            torch.cuda.current_stream().synchronize()  # the slot is reused once this returns
+
+    def _maybe_done(self, ctx: Context) -> None:
+        if self.active and self.next_chunk == len(self.chunks) and not self.inflight:
+            self.active = False
+            self.syncs_done += 1
+            digest = self.synced(self.sync_id, ctx)
+            ctx.tell(self.reply_to, EndSync(sync_id=self.sync_id, digest=digest))
+
+    def synced(self, sync_id: int, ctx: Context) -> str | None:
+        """Called once every weight of sync ``sync_id`` is written, before the trainer hears of it.
+
+        Override to flip a serving model over to the new weights; a returned
+        string travels to the trainer as ``EndSync.digest``.
+        """
+        return None
+
+
+    def _abort(self, reason: str, ctx: Context) -> None:
+        if not self.active:
+            return
+        self.active = False
+        self.inflight = {}
+        ctx.log.error("weights.consumer_failed", sync_id=self.sync_id, reason=reason)
+        failure = SyncFailed(sync_id=self.sync_id, reason=reason)
+        for rank in self.producer_ranks:
+            if self.plan.producers[rank] in ctx.names():
+                ctx.tell(self.plan.producers[rank], failure)
+        if self.reply_to:
+            ctx.tell(self.reply_to, failure)
+
+    @handler
+    def on_failed(self, msg: SyncFailed, ctx: Context) -> None:
+        if msg.sync_id == 0:  # refused at reservation: every later sync fails with this reason
+            self.refused = msg.reason
+            for begin, sender in self.waiting:
+                ctx.tell(sender, SyncFailed(sync_id=begin.sync_id, reason=msg.reason))
+            self.waiting = []
+            return
+        if msg.sync_id == self.sync_id:
+            self._abort(msg.reason, ctx)  # passed on to every producer (the sender ignores a repeat)
+
+    @handler
+    def on_down(self, msg: Down, ctx: Context) -> None:
+        if msg.name in self.plan.producers and self.active:
+            self._abort(f"producer {msg.name} went down ({msg.reason.value}) during sync {self.sync_id}", ctx)
+
+
+class ModelConsumer(WeightConsumer):
+    """A consumer owning a torch model, built in its own process by ``factory`` ("module:function").
+
+    Weights are written in place into the model's state-dict tensors; after
+    each sync the digest of the whole state travels back to the trainer, so
+    the trainer can check the copy is bit-exact.
+    """
+
+    def __init__(self, consumer_id: int, plan: WeightPlan, *, factory: str, factory_kwargs: dict[str, Any] | None = None,
+                 device: str = "cpu", wanted: list[str] | None = None) -> None:
+        super().__init__(consumer_id, plan, wanted=wanted)
+        self.factory, self.factory_kwargs, self.device = factory, dict(factory_kwargs or {}), device
+        self.model: Any = None
+
+    def config(self) -> dict[str, Any]:
+        return {**super().config(), "factory": self.factory, "factory_kwargs": self.factory_kwargs,
+                "device": self.device}
+
+    def on_start(self, ctx: Context) -> None:
+        import importlib
+
+        module, _, attr = self.factory.partition(":")
+        if not attr:
+            raise ValueError(f"factory must be 'module:function', not {self.factory!r}")
+        self.model = getattr(importlib.import_module(module), attr)(**self.factory_kwargs).to(self.device)
+        self.tensors = dict(self.model.state_dict())
+        super().on_start(ctx)
+
+    def synced(self, sync_id: int, ctx: Context) -> str | None:
+        return state_digest(self.tensors or {})

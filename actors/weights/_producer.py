@@ -1,0 +1,351 @@
+"""The weight producer: one actor per trainer rank, serving that rank's groups to consumers.
+
+Per sync (seed 002's publish -> serve -> free_group -> release, as messages):
+
+1. ``BeginSync(sync_id, live_consumer_ids)`` from the rank's trainer thread
+   (the :class:`~._sender.WeightSender`).  The live set has no default: a
+   release counted against a wrong number of consumers frees memory under a
+   reader.  Messages of this sync that arrived before it were kept and are
+   handled now.
+2. ``PublishGroup`` never blocks: the group's tensors (``local`` refs into the
+   trainer process) become servable; pulls waiting for them are served; a
+   group every live consumer already freed is released at once.
+3. ``PullRequest(seq, names)`` from a consumer: names this rank does not
+   serve fail the sync at once (naming them); otherwise, once every name is
+   published, they are packed into the consumer's serve slot ``seq % K`` and
+   ``PullReply`` points at them.
+4. ``FreeGroup`` counts distinct live consumers; at the live count the group
+   is released: ``GroupsFreed`` goes to the trainer thread, the credit for its
+   gather loop and the only channel for it.
+5. ``EndSync`` from the trainer thread once every group came back.
+
+A failure (the trainer's gather error, a consumer's or its own) ends the sync
+with ``SyncFailed`` to the trainer thread and every live consumer, so that no
+one waits for a sync that cannot finish.  A live consumer that goes down
+while it still owes frees fails the sync at once; otherwise the stall
+watchdog does, after ``stall_timeout`` seconds without any publish, pull or
+free.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import msgspec
+
+from actorwire.messages import (
+    BeginSync,
+    Down,
+    EndSync,
+    FreeGroup,
+    GroupsFreed,
+    Message,
+    PublishGroup,
+    PullReply,
+    PullRequest,
+    ReserveServeBuffer,
+    ServeBufferReserved,
+    SyncFailed,
+    TensorRef,
+    TimerFired,
+)
+from actorwire.transport.planes import _local
+
+from actorwire.actors.runtime._actor import Actor, handler
+from actorwire.actors.runtime._context import Context
+from actorwire.actors.weights._plan import WeightPlan
+
+DEFAULT_STALL_TIMEOUT = 300.0
+
+
+def consumer_name(prefix: str, consumer_id: int) -> str:
+    return f"{prefix}/consumer/{consumer_id}"
+
+
+class WeightProducer(Actor):
+    """Serves one trainer rank's weights; see the module docstring for the protocol."""
+
+    def __init__(self, rank: int, plan: WeightPlan, *, plane: str = "shm", device: str = "cpu",
+                 stall_timeout: float = DEFAULT_STALL_TIMEOUT, prefix: str = "weights",
+                 digests: bool | None = None) -> None:
+        if stall_timeout <= 0:
+            raise ValueError(f"stall_timeout must be positive, not {stall_timeout}")
+        self.rank = rank
+        if not isinstance(plan, WeightPlan):  # as decoded from a spawn config or a recording
+            plan = msgspec.convert(plan, WeightPlan)
+        self.plan = plan
+        self.plane = plane
+        self.device = device
+        self.stall_timeout = stall_timeout
+        self.prefix = prefix
+        #: Content digests in every served ref (default: ``$ACTORWIRE_RECORD_DIGESTS=1``), so a
+        #: recording shows which bytes each pull carried.
+        self.digests = os.environ.get("ACTORWIRE_RECORD_DIGESTS") == "1" if digests is None else digests
+        self.served = plan.served_names(rank)
+        self.owned = set(plan.owned_groups(rank))
+        self.group_of = plan.group_of()
+        self.ring: Any = None
+        # Per sync.
+        self.sync_id = 0
+        self.active = False
+        self.failed: str | None = None
+        self.live: set[int] = set()
+        self.reply_to = ""
+        self.published: dict[int, dict[str, TensorRef]] = {}
+        self.frees: dict[int, set[int]] = {}
+        self.released: set[int] = set()
+        self.pending: list[tuple[PullRequest, str]] = []
+        self.last_progress = 0.0
+        self.early: dict[int, list[tuple[Message, str]]] = {}
+        self.served_pulls = 0
+        #: Serve ring -> (the consumer that reserved it first, its pull-plan digest).
+        self.ring_owner: dict[int, tuple[int, str]] = {}
+        #: Shared pulls waiting for every live sharer: (ring, seq) -> {consumer: (request, sender)}.
+        self.rendezvous: dict[tuple[int, int], dict[int, tuple[PullRequest, str]]] = {}
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def on_start(self, ctx: Context) -> None:
+        from actorwire.transport.planes._serve import ServeRing
+
+        self.ring = ServeRing(self.plane, device=self.device, digests=self.digests)
+        ctx.start_timer("stall", min(5.0, self.stall_timeout / 4), periodic=True)
+
+    def on_stop(self, ctx: Context) -> None:
+        if self.ring is not None:
+            self.ring.close()
+
+    # -- consumers' init ---------------------------------------------------------------------
+
+    @handler
+    def on_reserve(self, msg: ReserveServeBuffer, ctx: Context) -> None:
+        sender = ctx.sender or consumer_name(self.prefix, msg.consumer_id)
+        digest = msg.plan_digest or ""
+        if digest.split(":", 1)[0] != self.plan.digest:
+            reason = (f"consumer {msg.consumer_id} was built from weight plan {digest.split(':', 1)[0]}, producer "
+                      f"rank {self.rank} serves plan {self.plan.digest}: rebuild the consumer from the trainer's plan")
+            ctx.log.error("weights.plan_mismatch", consumer=msg.consumer_id, reason=reason)
+            ctx.tell(sender, SyncFailed(sync_id=0, reason=reason))
+            return
+        key = self.plan.ring_key(msg.consumer_id)
+        first = self.ring_owner.get(key)
+        if first is not None and first[1] != digest and first[0] != msg.consumer_id:
+            reason = (f"consumers {first[0]} and {msg.consumer_id} share serve ring {key} on producer rank "
+                      f"{self.rank} but their pull plans differ ({first[1]} vs {digest}); sharers must want the "
+                      f"same weights")
+            ctx.log.error("weights.shared_plan_mismatch", consumer=msg.consumer_id, reason=reason)
+            ctx.tell(sender, SyncFailed(sync_id=0, reason=reason))
+            return
+        if first is None or first[0] == msg.consumer_id or self.ring.slot_bytes(key) < msg.nbytes:
+            self.ring.reserve(key, self.plan.slots, max(msg.nbytes, 1))
+            self.ring_owner[key] = (msg.consumer_id, digest)
+        ctx.tell(sender, ServeBufferReserved(consumer_id=msg.consumer_id, slots=self.plan.slots,
+                                             slot_nbytes=self.ring.slot_bytes(key)))
+
+    # -- the sync ----------------------------------------------------------------------------
+
+    def _progress(self, ctx: Context) -> None:
+        self.last_progress = ctx.now()
+
+    def _route(self, sync_id: int, msg: Message, ctx: Context) -> bool:
+        """True when ``msg`` belongs to the current sync; early ones are kept, stale ones dropped."""
+        if self.active and sync_id == self.sync_id:
+            return True
+        if sync_id > self.sync_id:
+            self.early.setdefault(sync_id, []).append((msg, ctx.sender or ""))
+        else:
+            ctx.log.warning("weights.stale_message", kind=type(msg).wire_tag(), sync_id=sync_id,
+                            current=self.sync_id)
+        return False
+
+    @handler
+    def on_begin(self, msg: BeginSync, ctx: Context) -> None:
+        if self.active and self.failed is None:
+            ctx.log.warning("weights.sync_abandoned", sync_id=self.sync_id, next=msg.sync_id)
+        if msg.sync_id <= self.sync_id:
+            ctx.tell(ctx.sender or "", SyncFailed(sync_id=msg.sync_id, reason=(
+                f"producer rank {self.rank}: sync {msg.sync_id} is not after sync {self.sync_id}")))
+            return
+        for cid in self.live:
+            ctx.unwatch(consumer_name(self.prefix, cid))
+        self.sync_id, self.active, self.failed = msg.sync_id, True, None
+        self.live = set(msg.live_consumer_ids)
+        self.reply_to = ctx.sender or ""
+        self.published, self.frees, self.released, self.pending = {}, {}, set(), []
+        self.rendezvous = {}
+        self._progress(ctx)
+        for cid in sorted(self.live):
+            ctx.watch(consumer_name(self.prefix, cid))
+        for early, sender in self.early.pop(msg.sync_id, []):
+            self._replay_early(early, sender, ctx)
+        self.early = {s: v for s, v in self.early.items() if s > msg.sync_id}
+
+    def _replay_early(self, msg: Message, sender: str, ctx: Context) -> None:
+        if isinstance(msg, PullRequest):
+            self._pull(msg, sender, ctx)
+        elif isinstance(msg, FreeGroup):
+            self._free(msg, ctx)
+        elif isinstance(msg, SyncFailed):
+            self._fail(msg.reason, ctx)
+
+    @handler
+    def on_publish(self, msg: PublishGroup, ctx: Context) -> None:
+        if not self._route(msg.sync_id, msg, ctx) or self.failed is not None:
+            return
+        if msg.group_idx not in self.owned:
+            self._fail(f"producer rank {self.rank}: group {msg.group_idx} published, but this rank holds none "
+                       f"of its names", ctx)
+            return
+        self.published[msg.group_idx] = msg.tensors
+        self._progress(ctx)
+        waiting, self.pending = self.pending, []
+        for pull, sender in waiting:
+            self._pull(pull, sender, ctx)
+        self._maybe_release(msg.group_idx, ctx)
+
+    @handler
+    def on_pull(self, msg: PullRequest, ctx: Context) -> None:
+        if self._route(msg.sync_id, msg, ctx):
+            self._pull(msg, ctx.sender or consumer_name(self.prefix, msg.consumer_id), ctx)
+        elif msg.sync_id < self.sync_id or (msg.sync_id == self.sync_id and not self.active):
+            ctx.tell(ctx.sender or "", SyncFailed(sync_id=msg.sync_id, reason=(
+                f"producer rank {self.rank}: sync {msg.sync_id} is over")))
+
+    def _pull(self, msg: PullRequest, sender: str, ctx: Context) -> None:
+        if self.failed is not None:
+            ctx.tell(sender, SyncFailed(sync_id=self.sync_id, reason=self.failed))
+            return
+        wrong = [n for n in msg.names if n not in self.served]
+        if wrong:
+            self._fail(f"consumer {msg.consumer_id} pulled {wrong} from producer rank {self.rank}, which does "
+                       f"not serve them (a misrouted pull)", ctx)
+            return
+        if msg.consumer_id not in self.live:
+            ctx.tell(sender, SyncFailed(sync_id=self.sync_id, reason=(
+                f"consumer {msg.consumer_id} is not in the live set {sorted(self.live)} of sync {self.sync_id}")))
+            return
+        groups = {self.group_of[n] for n in msg.names}
+        released = sorted(g for g in groups if g in self.released)
+        if released:
+            self._fail(f"consumer {msg.consumer_id} pulled group(s) {released} after they were released", ctx)
+            return
+        if any(g not in self.published for g in groups):
+            self.pending.append((msg, sender))
+            return
+        key = self.plan.ring_key(msg.consumer_id)
+        sharers = {c for c in self.live if self.plan.ring_key(c) == key}
+        waiting = self.rendezvous.setdefault((key, msg.seq), {})
+        waiting[msg.consumer_id] = (msg, sender)
+        other = next((req for c, (req, _) in waiting.items() if req.names != msg.names), None)
+        if other is not None:
+            self._fail(f"consumers {other.consumer_id} and {msg.consumer_id} share serve ring {key} but pulled "
+                       f"different names as pull {msg.seq}", ctx)
+            return
+        if not sharers <= set(waiting):
+            self._progress(ctx)
+            return  # the last sharer to arrive packs, once, for all of them
+        del self.rendezvous[(key, msg.seq)]
+        try:
+            views = {n: _local.get(self.published[self.group_of[n]][n], n) for n in msg.names}
+            refs = self.ring.pack(key, msg.seq, views)
+        except Exception as exc:  # a pack failure fails the sync (every sharer), never a half-written slot
+            self._fail(f"producer rank {self.rank} could not serve pull {msg.seq} of consumer(s) "
+                       f"{sorted(waiting)}: {exc}", ctx)
+            return
+        self.served_pulls += 1
+        self._progress(ctx)
+        for cid, (_, to) in sorted(waiting.items()):
+            ctx.tell(to, PullReply(sync_id=self.sync_id, consumer_id=cid, seq=msg.seq, tensors=refs))
+
+    @handler
+    def on_free(self, msg: FreeGroup, ctx: Context) -> None:
+        if self._route(msg.sync_id, msg, ctx):
+            self._free(msg, ctx)
+
+    def _free(self, msg: FreeGroup, ctx: Context) -> None:
+        if self.failed is not None:
+            return
+        if msg.consumer_id not in self.live:
+            ctx.log.warning("weights.free_from_unknown", consumer=msg.consumer_id, group=msg.group_idx)
+            return
+        if msg.group_idx not in self.owned:
+            ctx.log.warning("weights.free_not_owned", consumer=msg.consumer_id, group=msg.group_idx)
+            return
+        counted = self.frees.setdefault(msg.group_idx, set())
+        if msg.consumer_id in counted:
+            ctx.log.warning("weights.duplicate_free", consumer=msg.consumer_id, group=msg.group_idx)
+            return
+        counted.add(msg.consumer_id)
+        self._progress(ctx)
+        self._maybe_release(msg.group_idx, ctx)
+
+    def _maybe_release(self, group: int, ctx: Context) -> None:
+        if (group in self.published and group not in self.released
+                and len(self.frees.get(group, ())) >= len(self.live)):
+            self.released.add(group)
+            del self.published[group]
+            ctx.tell(self.reply_to, GroupsFreed(sync_id=self.sync_id, groups=[group]))
+
+    @handler
+    def on_end(self, msg: EndSync, ctx: Context) -> None:
+        if msg.sync_id != self.sync_id or not self.active:
+            return
+        if self.published and self.failed is None:
+            self._fail(f"producer rank {self.rank}: end of sync with group(s) {sorted(self.published)} still "
+                       f"in flight", ctx)
+        self._finish(ctx)
+
+    def _finish(self, ctx: Context) -> None:
+        self.active = False
+        self.published, self.pending = {}, []
+        for cid in sorted(self.live):
+            ctx.unwatch(consumer_name(self.prefix, cid))
+
+    # -- failure -----------------------------------------------------------------------------
+
+    @handler
+    def on_failed(self, msg: SyncFailed, ctx: Context) -> None:
+        """A gather error from the trainer thread, or a consumer giving up."""
+        if self._route(msg.sync_id, msg, ctx):
+            self._fail(msg.reason, ctx)
+
+    def _fail(self, reason: str, ctx: Context) -> None:
+        if self.failed is not None:
+            return
+        self.failed = reason
+        ctx.log.error("weights.sync_failed", sync_id=self.sync_id, rank=self.rank, reason=reason)
+        failure = SyncFailed(sync_id=self.sync_id, reason=reason)
+        if self.reply_to:
+            ctx.tell(self.reply_to, failure)
+        for cid in sorted(self.live):
+            name = consumer_name(self.prefix, cid)
+            if name in ctx.names():
+                ctx.tell(name, failure)
+        self.pending = []
+        # The trainer thread drops its groups on the failure; nothing here serves them any more.
+        self.published = {}
+
+    def owed(self) -> dict[int, list[int]]:
+        """Live consumer -> owned groups it has not freed yet (this sync)."""
+        return {cid: [g for g in sorted(self.owned) if cid not in self.frees.get(g, ())] for cid in sorted(self.live)}
+
+    @handler
+    def on_down(self, msg: Down, ctx: Context) -> None:
+        if not self.active or self.failed is not None:
+            return
+        for cid, groups in self.owed().items():
+            if consumer_name(self.prefix, cid) == msg.name and groups:
+                self._fail(f"consumer {cid} ({msg.name}) went down ({msg.reason.value}) in sync {self.sync_id} "
+                           f"owing frees for group(s) {groups}", ctx)
+
+    @handler
+    def on_tick(self, msg: TimerFired, ctx: Context) -> None:
+        if msg.key != "stall" or not self.active or self.failed is not None:
+            return
+        idle = ctx.now() - self.last_progress
+        if idle >= self.stall_timeout:
+            owing = {cid: g for cid, g in self.owed().items() if g}
+            self._fail(f"weight sync {self.sync_id} stalled on producer rank {self.rank}: no publish, pull or "
+                       f"free for {idle:.0f} s (limit {self.stall_timeout:g} s); consumers still owing frees: "
+                       f"{owing or 'none'}; groups published and not freed: {sorted(self.published)}", ctx)

@@ -1,0 +1,130 @@
+"""The CPU communicator: torch.distributed with the gloo backend.
+
+For gloo the "unique id" is the address of a TCP store that the *generating*
+rank hosts (as NCCL's unique id encodes the generator's bootstrap address), so
+re-forming the group after a death works across hosts, not only on one.
+
+The address other ranks reach this one at is, in order: ``host`` when given,
+``$ACTORWIRE_HOST``, the local interface that routes towards ``towards`` (an
+endpoint: the Worker passes its system's root endpoint), loopback.
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+from typing import Any
+
+from actorwire.transport._endpoints import is_tcp, local_address_towards, tcp_host
+from actorwire.transport.comm._protocol import CommError
+
+
+class GlooCommunicator:
+    """torch.distributed with the gloo backend; each (re-)formation gets a fresh TCP store."""
+
+    def __init__(self, timeout_s: float = 30.0, host: str | None = None, towards: str | None = None) -> None:
+        self.timeout = datetime.timedelta(seconds=timeout_s)
+        self.host = host
+        #: An endpoint (the coordinator's) whose route picks the address peers reach this rank at.
+        self.towards = towards
+        self._hosted: Any = None  # the TCPStore this rank hosts for the next formation
+        self._rank = -1
+        self._world = 0
+        self._group = False
+
+    @property
+    def ready(self) -> bool:
+        return self._group
+
+    @property
+    def world_size(self) -> int:
+        return self._world
+
+    def new_unique_id(self) -> bytes:
+        import torch.distributed as dist
+
+        host = self.address()
+        store = dist.TCPStore(host, 0, is_master=True, wait_for_workers=False, timeout=self.timeout)
+        self._hosted = store
+        return f"{host}:{store.port}".encode()
+
+    def init(self, uid: bytes, rank: int, world_size: int) -> None:
+        import torch.distributed as dist
+
+        self.abort()
+        _pin_gloo_interface(self.address())
+        host, port = uid.decode().rsplit(":", 1)
+        store = dist.TCPStore(host, int(port), is_master=False, timeout=self.timeout)
+        try:
+            dist.init_process_group("gloo", store=store, rank=rank, world_size=world_size, timeout=self.timeout)
+        except Exception as exc:
+            raise CommError(f"could not form the gloo group {uid.decode()} as rank {rank}/{world_size}: {exc}") \
+                from exc
+        self._store = store
+        self._rank, self._world, self._group = rank, world_size, True
+
+    def all_reduce_sum(self, tensor: Any) -> None:
+        import torch.distributed as dist
+
+        if not self._group:
+            raise CommError("no process group: waiting for a new session")
+        if self._world == 1:
+            return
+        try:
+            dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
+        except Exception as exc:  # gloo raises RuntimeError subclasses on peer loss
+            self._group = False
+            raise CommError(f"all_reduce failed: {exc}") from exc
+
+    def address(self) -> str:
+        """The address the other ranks reach this one at (see the module doc)."""
+        if self.host:
+            return self.host
+        if os.environ.get("ACTORWIRE_HOST"):
+            return os.environ["ACTORWIRE_HOST"]
+        if self.towards and is_tcp(self.towards):
+            return local_address_towards(tcp_host(self.towards))
+        return "127.0.0.1"
+
+    def abort(self) -> None:
+        import torch.distributed as dist
+
+        if dist.is_initialized():
+            try:
+                dist.destroy_process_group()
+            except Exception:  # a broken group may fail to tear down cleanly; it is gone either way
+                pass
+        self._group = False
+
+
+def _interface_for(address: str) -> str | None:
+    """The name of the network interface holding IPv4 ``address`` (Linux), or None."""
+    import fcntl
+    import socket
+    import struct
+
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        for _, name in socket.if_nameindex():
+            try:
+                raw = fcntl.ioctl(probe.fileno(), 0x8915, struct.pack("256s", name.encode()[:15]))  # SIOCGIFADDR
+            except OSError:
+                continue
+            if socket.inet_ntoa(raw[20:24]) == address:
+                return name
+    return None
+
+
+def _pin_gloo_interface(address: str) -> None:
+    """Make gloo use the interface that reaches the other hosts.
+
+    Left alone, gloo binds the address its host name resolves to, often a
+    loopback one, and ranks on other hosts are told to connect there.  An
+    explicit ``GLOO_SOCKET_IFNAME`` is kept.
+    """
+    if os.environ.get("GLOO_SOCKET_IFNAME"):
+        return
+    if address.startswith("127.") or address in ("0.0.0.0", "::1"):
+        return
+    name = _interface_for(address)
+    if name is not None:
+        os.environ["GLOO_SOCKET_IFNAME"] = name

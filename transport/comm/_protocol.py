@@ -1,0 +1,48 @@
+"""What a worker needs from a process group: the communicator protocol.
+
+Two implementations: :class:`~actorwire.transport.comm.GlooCommunicator`
+(torch.distributed with gloo, for CPU runs and tests) and
+:class:`~actorwire.transport.comm.NcclCommunicator` (libnccl through ctypes).
+The coordinator drives both through the same messages:
+``RequestNewNcclId`` -> ``NewNcclIdGenerated`` -> ``NewNcclSession``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+from actorwire.messages import ActorwireError
+
+
+class CommError(ActorwireError, RuntimeError):
+    """A collective failed (a peer died, the group was torn down); the group must be re-formed."""
+
+
+class CommTimeout(CommError):
+    """An operation (or init) passed its deadline; the communicator is unhealthy."""
+
+
+class CommUnhealthy(CommError):
+    """The communicator was poisoned by an earlier error, timeout or abort; re-initialise it."""
+
+
+class Communicator(Protocol):
+    """What a worker needs from a process group."""
+
+    @property
+    def ready(self) -> bool: ...
+
+    @property
+    def world_size(self) -> int: ...
+
+    def new_unique_id(self) -> bytes:
+        """Create the rendezvous point of the next group (this rank hosts it)."""
+
+    def init(self, uid: bytes, rank: int, world_size: int) -> None:
+        """Join the group ``uid`` as ``rank`` of ``world_size`` (tearing down any current one)."""
+
+    def all_reduce_sum(self, tensor: Any) -> None:
+        """Sum ``tensor`` in place over the group; raises :class:`CommError` on failure."""
+
+    def abort(self) -> None:
+        """Tear the current group down (unblocks nothing on gloo; NCCL aborts in-flight work)."""

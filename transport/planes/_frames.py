@@ -1,0 +1,214 @@
+"""The frames plane: tensors fetched over a ZeroMQ socket, for peers without shared memory.
+
+The exporter packs a group into a CPU buffer (16-byte aligned, like the shm
+plane) and a small server thread answers fetches from its own ROUTER socket:
+``[key, offset, nbytes]`` in, one frame of the bytes out.  Above
+``ZERO_COPY_BYTES`` the reply is sent with ``copy=False`` (ZeroMQ reads the
+buffer in place) and the importer builds its view straight on the received
+frame, so a fetch costs the network copy and nothing else.
+
+The server's socket is the plane's, not the bus's: bulk bytes never queue
+behind control messages.  On one host it listens on a private ipc endpoint;
+on tcp it follows the bus's rules (CURVE with the keys of ``ACTORWIRE_KEYS``,
+its public key travelling in the handle; plain text only on loopback with
+``ACTORWIRE_INSECURE_TCP=1``).  The server checks no allow-list: a client
+needs the handle, which only travels on the authenticated bus.  It serves only keys that are currently exported;
+anything else gets an error frame, never a hang.
+"""
+
+from __future__ import annotations
+
+import itertools
+import struct
+import threading
+import warnings
+from typing import Any, Union
+
+import msgspec
+import zmq
+
+from actorwire.messages import Plane, TensorRef
+
+from actorwire.transport._endpoints import is_tcp, tcp_host
+from actorwire.transport._security import Security, SecurityError
+from actorwire.transport.planes._layout import copy_packed, pack_layout, packed_refs
+
+ZERO_COPY_BYTES = 64 * 1024
+_REQ = struct.Struct("<QQQ")  # key, offset, nbytes
+_OK, _ERR = b"\x00", b"\x01"
+
+
+class FramesServer:
+    """Serves registered CPU buffers to remote importers from one thread."""
+
+    def __init__(self, endpoint: str | None = None, *, context: zmq.Context | None = None,
+                 security: Security | None = None) -> None:
+        self._ctx = context or zmq.Context.instance()
+        self._buffers: dict[int, Any] = {}
+        self._lock = threading.Lock()
+        endpoint = endpoint or _private_ipc()
+        self.curve_key: str | None = None
+        self._sock = self._ctx.socket(zmq.ROUTER)
+        self._sock.setsockopt(zmq.LINGER, 0)
+        if is_tcp(endpoint):  # the same rules as the bus: CURVE, or plain text on loopback by explicit flag
+            security = security or Security()
+            try:
+                security.check_tcp(tcp_host(endpoint), f"the frames plane's {endpoint}")
+            except Exception:
+                self._sock.close(0)
+                raise
+            security.serve(self._sock)
+            self.curve_key = security.public.decode() if security.curve and security.public else None
+        self._sock.bind(endpoint)
+        self.endpoint: str = self._sock.getsockopt_string(zmq.LAST_ENDPOINT)
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._serve, name="actorwire-frames", daemon=True)
+        self._thread.start()
+
+    def register(self, key: int, buffer: Any) -> None:
+        with self._lock:
+            self._buffers[key] = buffer
+
+    def unregister(self, key: int) -> None:
+        with self._lock:
+            self._buffers.pop(key, None)
+
+    def _answer(self, request: bytes) -> list[Any]:
+        if len(request) != _REQ.size:
+            return [_ERR, b"malformed fetch request"]
+        key, offset, nbytes = _REQ.unpack(request)
+        with self._lock:
+            buffer = self._buffers.get(key)
+        if buffer is None:
+            return [_ERR, f"buffer {key} is not exported (released, or never was)".encode()]
+        if offset + nbytes > buffer.numel():
+            return [_ERR, f"fetch [{offset}, {offset + nbytes}) beyond buffer {key} of {buffer.numel()} bytes".encode()]
+        return [_OK, memoryview(buffer.numpy())[offset:offset + nbytes]]
+
+    def _serve(self) -> None:
+        poller = zmq.Poller()
+        poller.register(self._sock, zmq.POLLIN)
+        while not self._stop.is_set():
+            if not poller.poll(100):
+                continue
+            frames = self._sock.recv_multipart()
+            # The routing envelope (identity, REQ's request id, the empty delimiter) goes back as it came.
+            cut = frames.index(b"") + 1 if b"" in frames else 1
+            status, payload = self._answer(frames[-1] if len(frames) > cut else b"")
+            big = isinstance(payload, memoryview) and payload.nbytes >= ZERO_COPY_BYTES
+            self._sock.send_multipart([*frames[:cut], status, payload], copy=not big)
+        self._sock.close(0)
+
+    def close(self) -> None:
+        self._stop.set()
+        self._thread.join(5)
+        with self._lock:
+            self._buffers.clear()
+
+
+class FramesExporter:
+    """Packs groups into CPU buffers and serves them until released."""
+
+    def __init__(self, endpoint: str | None = None, *, security: Security | None = None) -> None:
+        self.server = FramesServer(endpoint, security=security)
+        self._ids = itertools.count(1)
+
+    def export(self, tensors: dict[str, Any]) -> tuple[int, dict[str, TensorRef]]:
+        import torch
+
+        layout, total = pack_layout(tensors)
+        base = torch.empty(total, dtype=torch.uint8)
+        copy_packed(base, layout, tensors)
+        key = next(self._ids)
+        self.server.register(key, base)
+        return key, packed_refs(Plane.FRAMES, handle_for(self.server.endpoint, key, self.server.curve_key), layout,
+                              tensors, device="cpu")
+
+    def release(self, key: int) -> None:
+        self.server.unregister(key)
+
+    def close(self) -> None:
+        self.server.close()
+
+
+def handle_for(endpoint: str, key: int, curve_key: str | None = None) -> bytes:
+    """``[endpoint, key]``, plus the server's z85 CURVE key when it has one."""
+    return msgspec.msgpack.encode([endpoint, key] if curve_key is None else [endpoint, key, curve_key])
+
+
+def _private_ipc() -> str:
+    """An ipc endpoint in a private (0700) directory: same-host peers need no tcp at all."""
+    import os
+    import secrets
+    import tempfile
+
+    base = os.path.join(os.environ.get("ACTORWIRE_RUNTIME_DIR", tempfile.gettempdir()), f"actorwire-{os.getuid()}")
+    os.makedirs(base, mode=0o700, exist_ok=True)
+    return f"ipc://{base}/frames-{os.getpid()}-{secrets.token_hex(4)}.sock"
+
+
+class FramesImporter:
+    """Fetches tensors from exporters' servers; one socket per endpoint, used from one thread."""
+
+    def __init__(self, *, timeout: float = 30.0, context: zmq.Context | None = None,
+                 security: Security | None = None) -> None:
+        self._ctx = context or zmq.Context.instance()
+        self._security = security
+        self._timeout_ms = int(timeout * 1000)
+        self._socks: dict[str, zmq.Socket] = {}
+
+    def _socket(self, endpoint: str, curve_key: str | None) -> zmq.Socket:
+        sock = self._socks.get(endpoint)
+        if sock is None:
+            sock = self._ctx.socket(zmq.REQ)
+            if curve_key is not None:
+                if self._security is None:
+                    self._security = Security()
+                if not self._security.curve:
+                    sock.close(0)
+                    raise SecurityError(f"the frames server at {endpoint} uses CURVE; this process has no keys "
+                                        f"(set ACTORWIRE_KEYS)")
+                self._security.client(sock, curve_key, endpoint)
+            sock.setsockopt(zmq.LINGER, 0)
+            sock.setsockopt(zmq.RCVTIMEO, self._timeout_ms)
+            sock.setsockopt(zmq.REQ_RELAXED, 1)
+            sock.setsockopt(zmq.REQ_CORRELATE, 1)
+            sock.connect(endpoint)
+            self._socks[endpoint] = sock
+        return sock
+
+    def open(self, ref: TensorRef) -> Any:
+        import torch
+
+        if ref.plane is not Plane.FRAMES:
+            raise ValueError(f"not a frames tensor: plane {ref.plane.value}")
+        try:
+            endpoint, key, *rest = msgspec.msgpack.decode(ref.handle, type=list[Union[str, int]])
+            if not isinstance(endpoint, str) or not isinstance(key, int) or len(rest) > 1:
+                raise msgspec.ValidationError("expected [endpoint, key] or [endpoint, key, curve_key]")
+        except msgspec.DecodeError as exc:
+            raise ValueError(f"malformed frames handle: {exc}") from None
+        curve_key = rest[0] if rest and isinstance(rest[0], str) else None
+        dtype = getattr(torch, ref.dtype)
+        if not ref.nbytes:
+            return torch.empty(ref.shape, dtype=dtype)
+        sock = self._socket(endpoint, curve_key)
+        sock.send(_REQ.pack(key, ref.offset, ref.nbytes))
+        try:
+            status, frame = sock.recv_multipart(copy=False)
+        except zmq.Again:
+            raise TimeoutError(f"no answer from the frames server at {endpoint} within "
+                               f"{self._timeout_ms / 1000:g} s") from None
+        if status.bytes != _OK:
+            raise LookupError(f"frames server {endpoint}: {frame.bytes.decode(errors='replace')}")
+        with warnings.catch_warnings():  # the frame is read-only; the view is only read
+            warnings.simplefilter("ignore", UserWarning)
+            flat = torch.frombuffer(frame.buffer, dtype=dtype)
+        return flat.as_strided(ref.shape, ref.stride, 0)
+
+    def drop(self) -> None:
+        for sock in self._socks.values():
+            sock.close(0)
+        self._socks.clear()
+
+    close = drop

@@ -1,0 +1,177 @@
+"""Serve rings: where a producer packs what one consumer pulls.
+
+Each consumer reserves a ring of ``K`` slots on every producer it pulls from
+(``ReserveServeBuffer``).  Pull number ``seq`` of that consumer (its own
+issue index) is packed into slot ``seq % K``; the consumer issues pull ``seq``
+only after pull ``seq - K`` has drained, so a slot is never repacked under a
+reader.  Slots live as long as the reservation: they are allocated once,
+and on the cuda_ipc plane their handles are opened once per consumer, not
+once per sync.
+
+Tensors are packed 16-byte aligned, so a whole pull costs one handle.
+"""
+
+from __future__ import annotations
+
+import os
+import secrets
+from multiprocessing import shared_memory
+from typing import Any
+
+import msgspec
+
+from actorwire.messages import Plane, TensorRef
+
+from actorwire.transport.planes import _shm
+from actorwire.transport.planes._frames import FramesServer, handle_for
+from actorwire.transport.planes._layout import copy_packed, pack_layout, packed_refs
+
+
+def _digest(base: Any, offset: int, nbytes: int) -> str:
+    import hashlib
+
+    return hashlib.sha256(base[offset:offset + nbytes].cpu().numpy().tobytes()).hexdigest()[:32]
+
+
+class _Slot:
+    def __init__(self, base: Any, handle: bytes, device: str, keep: Any = None) -> None:
+        self.base = base  # uint8 tensor the pack writes into
+        self.handle = handle
+        self.device = device
+        self.keep = keep  # the SharedMemory behind base, if any
+
+
+class ServeRing:
+    """Every consumer's ring of slots on one producer."""
+
+    def __init__(self, plane: Plane | str, *, device: str = "cpu", frames_endpoint: str | None = None,
+                 digests: bool = False) -> None:
+        self.plane = Plane(plane)
+        #: Put a SHA-256 of each packed tensor's bytes in its ref (recordings then show what moved).
+        self.digests = digests
+        if self.plane is Plane.CUDA_IPC and not device.startswith("cuda"):
+            raise ValueError(f"a cuda_ipc serve ring needs a CUDA device, not {device}")
+        if self.plane not in (Plane.SHM, Plane.CUDA_IPC, Plane.FRAMES):
+            raise ValueError(f"plane {self.plane.value} cannot serve pulls")
+        self.device = device
+        self._frames_endpoint = frames_endpoint
+        self._server: FramesServer | None = None
+        self._rings: dict[int, list[_Slot]] = {}
+        self._prefix = f"aws{os.getpid()}{secrets.token_hex(3)}"
+        self._keys = 0
+
+    def _new_slot(self, consumer_id: int, index: int, nbytes: int) -> _Slot:
+        import torch
+
+        size = max(nbytes, 16)
+        if self.plane is Plane.SHM:
+            shm = shared_memory.SharedMemory(name=f"{self._prefix}-{consumer_id}-{index}", create=True, size=size)
+            _shm._CREATED.add(shm.name)
+            base = torch.frombuffer(shm.buf, dtype=torch.uint8, count=size)
+            return _Slot(base, shm.name.encode(), "cpu", shm)
+        if self.plane is Plane.CUDA_IPC:
+            from actorwire.transport.planes._cuda_ipc import share_handle
+
+            base = torch.empty(size, dtype=torch.uint8, device=self.device)
+            device_index, handle = share_handle(base.untyped_storage())
+            return _Slot(base, handle, f"cuda:{device_index}")
+        if self._server is None:
+            self._server = FramesServer(self._frames_endpoint)
+        self._keys += 1
+        base = torch.empty(size, dtype=torch.uint8)
+        self._server.register(self._keys, base)
+        return _Slot(base, handle_for(self._server.endpoint, self._keys, self._server.curve_key), "cpu", self._keys)
+
+    def reserve(self, consumer_id: int, slots: int, nbytes: int) -> None:
+        """(Re)allocate ``consumer_id``'s ring: ``slots`` slots of ``nbytes`` each."""
+        if slots < 1:
+            raise ValueError(f"a serve ring needs at least one slot, not {slots}")
+        self.drop(consumer_id)
+        self._rings[consumer_id] = [self._new_slot(consumer_id, i, nbytes) for i in range(slots)]
+
+    def slot_bytes(self, consumer_id: int) -> int:
+        ring = self._rings.get(consumer_id)
+        return ring[0].base.numel() if ring else 0
+
+    def pack(self, consumer_id: int, seq: int, tensors: dict[str, Any]) -> dict[str, TensorRef]:
+        """Copy ``tensors`` into slot ``seq % K`` of the consumer's ring; their refs."""
+        ring = self._rings.get(consumer_id)
+        if ring is None:
+            raise LookupError(f"consumer {consumer_id} reserved no serve ring here")
+        slot = ring[seq % len(ring)]
+        layout, total = pack_layout(tensors)
+        if total > slot.base.numel():
+            raise ValueError(f"pull {seq} of consumer {consumer_id} needs {total} bytes; its slots hold "
+                             f"{slot.base.numel()} (reserved from a different plan?)")
+        copy_packed(slot.base, layout, tensors)
+        if self.plane is Plane.CUDA_IPC:
+            import torch
+
+            # A handle says nothing about pending kernels: the copies must land first.
+            torch.cuda.current_stream(slot.base.device).synchronize()
+            refs = packed_refs(self.plane, slot.handle, layout, tensors, device=slot.device, element_offsets=True)
+        else:
+            refs = packed_refs(self.plane, slot.handle, layout, tensors, device="cpu")
+        if self.digests:
+            refs = {name: msgspec.structs.replace(ref, digest=_digest(slot.base, layout[name], ref.nbytes))
+                    for name, ref in refs.items()}
+        return refs
+
+    def drop(self, consumer_id: int) -> None:
+        for slot in self._rings.pop(consumer_id, []):
+            slot.base = None
+            if isinstance(slot.keep, shared_memory.SharedMemory):
+                try:
+                    slot.keep.close()
+                except BufferError:
+                    pass
+                try:
+                    slot.keep.unlink()
+                except FileNotFoundError:
+                    pass
+            elif isinstance(slot.keep, int) and self._server is not None:
+                self._server.unregister(slot.keep)
+
+    @property
+    def consumers(self) -> list[int]:
+        return sorted(self._rings)
+
+    def close(self) -> None:
+        for cid in list(self._rings):
+            self.drop(cid)
+        if self._server is not None:
+            self._server.close()
+            self._server = None
+
+
+class TensorImporter:
+    """Opens refs of any plane; caches what each plane caches until ``drop()``."""
+
+    def __init__(self) -> None:
+        self._planes: dict[Plane, Any] = {}
+
+    def _importer(self, plane: Plane) -> Any:
+        imp = self._planes.get(plane)
+        if imp is None:
+            if plane is Plane.SHM:
+                imp = _shm.ShmImporter()
+            elif plane is Plane.CUDA_IPC:
+                from actorwire.transport.planes._cuda_ipc import CudaIpcImporter
+
+                imp = CudaIpcImporter()
+            elif plane is Plane.FRAMES:
+                from actorwire.transport.planes._frames import FramesImporter
+
+                imp = FramesImporter()
+            else:
+                raise ValueError(f"plane {plane.value} cannot be opened from another process")
+            self._planes[plane] = imp
+        return imp
+
+    def open(self, ref: TensorRef) -> Any:
+        return self._importer(ref.plane).open(ref)
+
+    def drop(self) -> None:
+        for imp in self._planes.values():
+            imp.drop()
+        self._planes.clear()

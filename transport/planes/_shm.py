@@ -1,0 +1,162 @@
+"""The shared-memory plane: same-host CPU tensors, one copy in, zero copies out.
+
+Ownership
+---------
+* The **exporter** owns the segments.  It packs a group of tensors into one
+  *slot* (a POSIX shared-memory segment), each tensor 16-byte aligned, so a
+  group costs one handle; slots are reused once released (a ring grown on
+  demand), and unlinked on ``close()``.
+* The **importer** maps a slot by name (cached until ``drop()``) and builds
+  views straight onto the mapping: reading the tensor copies nothing.
+* A segment's name is gone once the exporter unlinks it; a mapping stays valid
+  until the importer drops it (POSIX semantics), so "released when the last
+  user frees it" holds.  If the exporter dies, Python's resource tracker
+  unlinks its segments: nothing is leaked in ``/dev/shm``.
+
+Python 3.11 registers a segment with the resource tracker also when it is
+merely *attached*, and would unlink the exporter's segment when the importer
+exits (bpo-39959); the importer unregisters right after attaching.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import secrets
+from multiprocessing import resource_tracker, shared_memory
+from typing import Any
+
+from actorwire.messages import Plane, TensorRef
+from actorwire.transport.planes._layout import copy_packed, pack_layout, packed_refs
+
+DEFAULT_SLOT_BYTES = 64 * 1024 * 1024
+
+
+class ShmExporter:
+    """Copies groups of CPU tensors into reusable shared-memory slots."""
+
+    def __init__(self, *, slot_bytes: int = DEFAULT_SLOT_BYTES, prefix: str | None = None) -> None:
+        self.slot_bytes = slot_bytes
+        self.prefix = prefix or f"aw{os.getpid()}{secrets.token_hex(3)}"
+        self._slots: dict[int, shared_memory.SharedMemory] = {}
+        self._free: set[int] = set()
+        self._ids = itertools.count(1)
+        self._closed = False
+
+    def _slot(self, nbytes: int) -> int:
+        fits = [s for s in self._free if self._slots[s].size >= nbytes]
+        if fits:
+            slot = min(fits, key=lambda s: self._slots[s].size)
+            self._free.discard(slot)
+            return slot
+        slot = next(self._ids)
+        shm = shared_memory.SharedMemory(
+            name=f"{self.prefix}-{slot}", create=True, size=max(nbytes, self.slot_bytes if nbytes else 1))
+        self._slots[slot] = shm
+        _CREATED.add(shm.name)
+        return slot
+
+    def export(self, tensors: dict[str, Any]) -> tuple[int, dict[str, TensorRef]]:
+        """Copy ``tensors`` into one slot; returns the slot id (for ``release``) and their refs."""
+        import torch
+
+        if self._closed:
+            raise RuntimeError("the shared-memory exporter is closed")
+        for name, t in tensors.items():
+            if t.device.type != "cpu":
+                raise ValueError(f"{name}: the shm plane carries CPU tensors, got one on {t.device}")
+        layout, total = pack_layout(tensors)
+        slot = self._slot(total)
+        shm = self._slots[slot]
+        if total:
+            base = torch.frombuffer(shm.buf, dtype=torch.uint8, count=total)
+            copy_packed(base, layout, tensors)
+            del base  # the mapping cannot close while a view of it lives
+        refs = packed_refs(Plane.SHM, shm.name.encode(), layout, tensors, device="cpu")
+        return slot, refs
+
+    def release(self, slot: int) -> None:
+        """The slot's readers are done: it may be reused."""
+        if slot in self._slots:
+            self._free.add(slot)
+
+    @property
+    def resident_bytes(self) -> int:
+        return sum(s.size for i, s in self._slots.items() if i not in self._free)
+
+    def close(self) -> None:
+        """Unlink every segment (mappings held by importers stay valid until they drop them)."""
+        if self._closed:
+            return
+        self._closed = True
+        for shm in self._slots.values():
+            shm.close()
+            try:
+                shm.unlink()
+            except FileNotFoundError:
+                pass
+        self._slots.clear()
+
+    def __enter__(self) -> ShmExporter:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+#: Segments created by exporters of this process.
+_CREATED: set[str] = set()
+
+#: Every mapping this process opened, by segment name.  Global on purpose: a
+#: view must stay valid even if the importer that made it is garbage-collected
+#: (closing the mapping under a live view would fault); only ``drop()`` closes.
+_MAPPED: dict[str, shared_memory.SharedMemory] = {}
+
+
+class ShmImporter:
+    """Maps slots by name and returns zero-copy views of the tensors in them."""
+
+    def __init__(self) -> None:
+        self._opened: set[str] = set()
+
+    def open(self, ref: TensorRef) -> Any:
+        import torch
+
+        if ref.plane is not Plane.SHM:
+            raise ValueError(f"not a shared-memory tensor: plane {ref.plane.value}")
+        name = ref.handle.decode()
+        shm = _MAPPED.get(name)
+        if shm is None:
+            try:
+                shm = shared_memory.SharedMemory(name=name)
+            except FileNotFoundError:
+                raise FileNotFoundError(f"shared-memory slot {name!r} is gone (released or its owner died)") from None
+            if name not in _CREATED:  # our own segment stays registered: its exporter unlinks it
+                resource_tracker.unregister(shm._name, "shared_memory")  # type: ignore[attr-defined]
+            _MAPPED[name] = shm
+        self._opened.add(name)
+        dtype = getattr(torch, ref.dtype)
+        itemsize = torch.empty(0, dtype=dtype).element_size()
+        count = ref.nbytes // itemsize
+        flat = torch.frombuffer(shm.buf, dtype=dtype, count=count, offset=ref.offset) if count else \
+            torch.empty(0, dtype=dtype)
+        return flat.as_strided(ref.shape, ref.stride, ref.storage_offset)
+
+    def drop(self) -> None:
+        """Unmap what this importer opened; call once its views are no longer used.
+
+        A mapping with a live view is kept (closing it would fault the view) and
+        closed by a later ``drop()``.
+        """
+        for name in sorted(self._opened):
+            shm = _MAPPED.get(name)
+            if shm is None:
+                continue
+            try:
+                shm.close()
+            except BufferError:
+                continue  # a view is still alive
+            del _MAPPED[name]
+        self._opened.clear()
+
+    close = drop
