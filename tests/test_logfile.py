@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import pathlib
 
+import msgspec
+
 import pytest
 
 from actorwire import messages as m
-from actorwire.transport.recording._format import (
+from actorwire.transport.recording import (
     INDEX_EVERY,
     MAGIC,
     Clock,
@@ -101,3 +103,26 @@ def test_actor_logs_finds_recordings(tmp_path: pathlib.Path) -> None:
     (tmp_path / "empty").mkdir()
     with pytest.raises(FileNotFoundError, match="no recordings under"):
         actor_logs([tmp_path / "empty"])
+
+
+def test_a_row_reads_back_as_its_record() -> None:
+    from actorwire.transport.recording import Out, Record, row
+
+    message = m.SyncNow(cycle=3)
+    records = [In(4, 10, 20, ENV, message, 30), In(4, 10, 20, ENV, message, 30, "ValueError: x"),
+               Out(4, "tell", 20, (ENV, message))]
+    rows = [row(In, 4, 10, 20, ENV, message, 30), row(In, 4, 10, 20, ENV, message, 30, "ValueError: x"),
+            row(Out, 4, "tell", 20, (ENV, message))]
+    decode = msgspec.msgpack.Decoder(Record).decode
+    assert [decode(msgspec.msgpack.encode(r)) for r in rows] == records
+
+
+def test_a_view_decodes_the_named_fields_of_a_record_and_skips_the_rest() -> None:
+    from actorwire.transport.recording import view
+
+    EnvView = view(m.Envelope, "EnvView", sender=str)
+    InView = view(In, "InView", index=int, envelope=EnvView, end_ns=int)
+    raw = msgspec.msgpack.encode(In(4, 10, 20, ENV, m.SyncNow(cycle=3), 30, "ValueError: x"))
+    seen = msgspec.msgpack.decode(raw, type=InView)
+    assert (seen.index, seen.envelope.sender, seen.end_ns) == (4, "coordinator", 30)
+    assert not hasattr(seen, "error")

@@ -16,7 +16,7 @@ from actorwire import messages as m
 from actorwire.actors import ActorSystem, Context, handler
 from actorwire.actors.cli._log import Where, WhereError, collect_stats, perfetto_trace
 from actorwire.actors.runtime._replay import load_records, replay
-from actorwire.transport.recording._format import In, Out
+from actorwire.transport.recording import In, Out
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 TESTS = str(pathlib.Path(__file__).parent)

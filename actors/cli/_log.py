@@ -25,9 +25,11 @@ from collections.abc import Iterator
 from typing import Any, Union
 
 import msgspec
-
-from actorwire.transport.recording._format import (
+from actorwire.messages import Envelope
+from actorwire.transport.recording import (
+    RECORD_TYPES,
     CorruptRecord,
+    Done,
     In,
     LogFormatError,
     Out,
@@ -35,6 +37,7 @@ from actorwire.transport.recording._format import (
     actor_logs,
     file_size,
 )
+from actorwire.transport.recording import view as record_view
 
 # -- reading -------------------------------------------------------------------
 
@@ -248,37 +251,20 @@ def cmd_show(args: argparse.Namespace) -> int:
 # -- stats ---------------------------------------------------------------------
 
 
-class _EnvView(msgspec.Struct, array_like=True):
-    version: int
-    sender: str
+_EnvView = record_view(Envelope, "_EnvView", version=int, sender=str)
 
 
 class _BodyView(msgspec.Struct):
     type: str = "?"
 
 
-class _InView(msgspec.Struct, array_like=True, tag="i"):
-    index: int
-    start_ns: int
-    wall_ns: int
-    envelope: _EnvView
-    message: _BodyView
-    end_ns: int = 0
-
-
-class _DoneView(msgspec.Struct, array_like=True, tag="d"):
-    index: int
-    end_ns: int
-
-
-def _other(tag: str) -> type:
-    return msgspec.defstruct(f"_View_{tag}", [], array_like=True, tag=tag)
-
-
+_InView = record_view(In, "_InView", index=int, start_ns=int, wall_ns=int, envelope=_EnvView, message=_BodyView,
+                      end_ns=int)
+_DoneView = record_view(Done, "_DoneView", index=int, end_ns=int)
+_VIEWS = {In: _InView, Done: _DoneView}
 #: Stats read only a few fields; msgspec skips the rest without building them (2x faster).
-_STATS_DECODER = msgspec.msgpack.Decoder(
-    Union[_InView, _DoneView, _other("b"), _other("o"), _other("c"), _other("r"), _other("e")]  # type: ignore[misc]
-)
+_STATS_DECODER = msgspec.msgpack.Decoder(Union[tuple(  # type: ignore[misc]
+    _VIEWS.get(kind) or record_view(kind, f"_{kind.__name__}View") for kind in RECORD_TYPES)])
 
 
 def collect_stats(paths: list[str], *, skip_corrupt: bool = False) -> dict[str, Any]:

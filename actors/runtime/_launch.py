@@ -19,11 +19,9 @@ from collections.abc import Mapping
 from typing import Any
 
 import msgspec
-
+from actorwire.actors.runtime._actor import Actor
 from actorwire.transport import get_logger
 from actorwire.transport._endpoints import new_node_id
-
-from actorwire.actors.runtime._actor import Actor
 
 
 class ActorSpec(msgspec.Struct, frozen=True):

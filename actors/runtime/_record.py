@@ -15,19 +15,19 @@ import time
 from typing import TYPE_CHECKING, Any
 
 import msgspec
-
+from actorwire.actors.runtime._context import LiveContext
 from actorwire.messages import Envelope, Message
-from actorwire.transport.recording._format import (
+from actorwire.transport.recording import (
     Begin,
     Clock,
     Draw,
     Effect,
+    In,
     LogHeader,
     Out,
     SegmentWriter,
+    row,
 )
-
-from actorwire.actors.runtime._context import LiveContext
 
 if TYPE_CHECKING:
     from actorwire.actors.runtime._system import _Cell
@@ -77,8 +77,8 @@ class Recorder:
     def begin(self) -> None:
         self.writer.write(Begin(time.monotonic_ns(), time.time_ns()))
 
-    # The two records written for every message are encoded from tuples with
-    # the records' tags: the same bytes as the structs, without building them.
+    # The records written for every message are encoded from rows (see
+    # recording.row): the same bytes as the structs, without building them.
 
     def message(self, envelope: Envelope, message: Message) -> None:
         self.index += 1
@@ -88,9 +88,9 @@ class Recorder:
         envelope, message, start, wall = self._current
         end = time.monotonic_ns()
         if error is None:
-            record: Any = ("i", self.index, start, wall, envelope, message, end)
+            record = row(In, self.index, start, wall, envelope, message, end)
         else:
-            record = ("i", self.index, start, wall, envelope, message, end, f"{type(error).__name__}: {error}")
+            record = row(In, self.index, start, wall, envelope, message, end, f"{type(error).__name__}: {error}")
         self.writer.write(record, self.index, wall)
         now = time.monotonic()
         if now - self._flushed > _FLUSH_EVERY_S:
@@ -145,9 +145,9 @@ class RecordingContext(LiveContext):
                                          trace_id=self.envelope.trace_id if self.envelope is not None else None)
         index = self.recorder.index
         if isinstance(sent, bytes):  # the wire record: copied, not encoded again
-            self.recorder.write(("o", index, "tell", time.time_ns(), msgspec.Raw(sent)))
+            self.recorder.write(row(Out, index, "tell", time.time_ns(), msgspec.Raw(sent)))
         else:
-            self.recorder.write(("o", index, "tell", time.time_ns(), (sent, message)))
+            self.recorder.write(row(Out, index, "tell", time.time_ns(), (sent, message)))
 
     def ask(self, target: str, message: Message, *, timeout: float | None = None) -> int:
         corr = self._cell.ask(target, message, timeout)

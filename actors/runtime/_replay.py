@@ -20,9 +20,12 @@ from collections.abc import Callable
 from typing import Any
 
 import msgspec
-
+from actorwire.actors.runtime._actor import Actor
+from actorwire.actors.runtime._context import Context
+from actorwire.actors.runtime._launch import ActorSpec, load_actor
+from actorwire.actors.testing import FakeContext, Sent
 from actorwire.messages import Message
-from actorwire.transport.recording._format import (
+from actorwire.transport.recording import (
     Begin,
     Clock,
     Done,
@@ -32,14 +35,9 @@ from actorwire.transport.recording._format import (
     LogHeader,
     Out,
     Segment,
-    _safe_name,
+    actor_dir_name,
     actor_logs,
 )
-
-from actorwire.actors.runtime._actor import Actor
-from actorwire.actors.runtime._context import Context
-from actorwire.actors.runtime._launch import ActorSpec, load_actor
-from actorwire.actors.testing import FakeContext, Sent
 
 
 class ReplayExhausted(Exception):
@@ -246,7 +244,7 @@ def load_records(path: str | pathlib.Path, actor: str | None = None) -> tuple[Lo
     """The header and every record of one actor's log, in order."""
     logs = actor_logs([path])
     if actor is not None:
-        matches = {d: s for d, s in logs.items() if d.name == _safe_name(actor)}
+        matches = {d: s for d, s in logs.items() if d.name == actor_dir_name(actor)}
         if not matches:
             names = ", ".join(sorted(Segment(s[0]).header.actor for s in logs.values()))
             raise FileNotFoundError(f"no recording of actor {actor!r} under {path} (recorded: {names})")

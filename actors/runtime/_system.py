@@ -16,6 +16,11 @@ import uuid
 from collections.abc import Iterator
 from typing import Any, NamedTuple, TypeVar, overload
 
+from actorwire.actors.runtime._actor import Actor
+from actorwire.actors.runtime._context import LiveContext
+from actorwire.actors.runtime._launch import ActorSpec, ChildProcess, set_process_title
+from actorwire.actors.runtime._record import Recorder, RecordingContext, RecordSettings
+from actorwire.actors.runtime._timers import Timers
 from actorwire.messages import (
     AskFailed,
     Down,
@@ -26,11 +31,10 @@ from actorwire.messages import (
     Message,
     TimerFired,
 )
-from actorwire.transport._security import Security
 from actorwire.transport import (
     ActorDead,
-    BlockingReply,
     AskTimeout,
+    BlockingReply,
     Mailbox,
     Node,
     RemoteError,
@@ -39,12 +43,7 @@ from actorwire.transport import (
     UnknownActor,
     get_logger,
 )
-
-from actorwire.actors.runtime._actor import Actor
-from actorwire.actors.runtime._context import LiveContext
-from actorwire.actors.runtime._launch import ActorSpec, ChildProcess, set_process_title
-from actorwire.actors.runtime._record import RecordingContext, Recorder, RecordSettings
-from actorwire.actors.runtime._timers import Timers
+from actorwire.transport._security import Security
 
 R = TypeVar("R", bound=Message)
 _STOP = object()
