@@ -6,6 +6,32 @@ launch, replay and the command line.
 
 from __future__ import annotations
 
+from actorwire.actors.control._coordinator import Coordinator, CoordinatorConfig
+from actorwire.actors.control._gpu_worker import GpuWorker
+from actorwire.actors.control._worker import Plan, Worker, WorkerError
+from actorwire.actors.runtime._actor import Actor, handler
+from actorwire.actors.runtime._context import Context
+from actorwire.actors.runtime._launch import ActorSpec, ChildProcess, attach
+from actorwire.actors.runtime._replay import ReplayReport, replay
+from actorwire.actors.runtime._system import (
+    ActorSystem,
+    Inbox,
+    Received,
+    UnexpectedReply,
+)
+from actorwire.actors.testing import ActorHarness, FakeContext, Sent
+from actorwire.actors.weights._consumer import ModelConsumer, WeightConsumer
+from actorwire.actors.weights._plan import (
+    ModuleSource,
+    ParamMeta,
+    WeightPlan,
+    WeightSource,
+    WeightSyncError,
+    build_plan,
+    state_digest,
+)
+from actorwire.actors.weights._producer import WeightProducer
+from actorwire.actors.weights._sender import SyncReport, WeightSender
 from actorwire.transport import (
     ActorDead,
     AskTimeout,
@@ -17,21 +43,7 @@ from actorwire.transport import (
     UnknownActor,
     WouldBlock,
 )
-
-from actorwire.actors.runtime._actor import Actor, handler
 from actorwire.transport.comm import CommError, Communicator, GlooCommunicator
-from actorwire.actors.weights._consumer import ModelConsumer, WeightConsumer
-from actorwire.actors.runtime._context import Context
-from actorwire.actors.control._coordinator import Coordinator, CoordinatorConfig
-from actorwire.actors.control._gpu_worker import GpuWorker
-from actorwire.actors.runtime._launch import ActorSpec, ChildProcess, attach
-from actorwire.actors.runtime._system import ActorSystem, Inbox, Received, UnexpectedReply
-from actorwire.actors.runtime._replay import ReplayReport, replay
-from actorwire.actors.weights._producer import WeightProducer
-from actorwire.actors.weights._sender import SyncReport, WeightSender
-from actorwire.actors.testing import ActorHarness, FakeContext, Sent
-from actorwire.actors.weights._plan import ModuleSource, ParamMeta, WeightPlan, WeightSource, WeightSyncError, build_plan, state_digest
-from actorwire.actors.control._worker import Plan, Worker, WorkerError
 
 __all__ = [
     "Actor", "handler", "Context", "ActorSystem", "Inbox", "Received", "RuntimeConfig", "ActorSpec",

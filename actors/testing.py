@@ -22,11 +22,18 @@ import random
 from collections.abc import Iterable
 from typing import Any
 
-from actorwire.messages import AskFailed, Down, DownReason, Envelope, ErrorCode, Message, TimerFired
-from actorwire.transport import UnknownActor, get_logger
-
 from actorwire.actors.runtime._actor import Actor
 from actorwire.actors.runtime._context import Context
+from actorwire.messages import (
+    AskFailed,
+    Down,
+    DownReason,
+    Envelope,
+    ErrorCode,
+    Message,
+    TimerFired,
+)
+from actorwire.transport import UnknownActor, get_logger
 
 
 @dataclasses.dataclass(frozen=True)

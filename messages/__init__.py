@@ -50,6 +50,8 @@ from ._envelope import PROTOCOL_VERSION, Envelope
 from ._errors import (
     ActorwireError,
     DecodeError,
+    PeerError,
+    UsageError,
     MalformedMessage,
     MessageTooLarge,
     ProtocolVersionMismatch,
@@ -119,7 +121,7 @@ __all__ = [
     "Message", "Record", "Envelope", "TensorRef", "AnyMessage", "MESSAGE_TYPES", "FAMILIES",
     "BY_KIND", "message_type", "describe", "example", "json_schema",
     # errors
-    "ActorwireError", "DecodeError", "MalformedMessage", "UnknownMessage", "MessageTooLarge",
+    "ActorwireError", "UsageError", "PeerError", "DecodeError", "MalformedMessage", "UnknownMessage", "MessageTooLarge",
     "ProtocolVersionMismatch",
     # enums
     "IntentKind", "SaveReason", "DownReason", "Plane", "RendezvousRole", "ErrorCode",

@@ -1,7 +1,16 @@
 """The exception tree shared by every layer.
 
-``ActorwireError`` is the root.  Errors raised while turning bytes into
-messages derive from :class:`DecodeError`, which is also a ``ValueError`` (as
+``ActorwireError`` is the root, and every error actorwire raises derives
+from it.  Below it, whose fault it is:
+
+* :class:`UsageError`: the caller broke a rule of the API (a bad argument, a
+  reply outside an ask, a bad ``ACTORWIRE_*`` value).  Fix the calling code.
+* :class:`PeerError`: another process broke a rule of the protocol (bad
+  bytes, a forged name, a refusal it had no right to give).  The receiver
+  logs it and keeps serving.
+
+Errors raised while turning bytes into messages derive from
+:class:`DecodeError`, a :class:`PeerError` that is also a ``ValueError`` (as
 msgspec's own decode errors are), so ``except ValueError`` keeps working for
 callers who do not care about our tree.
 """
@@ -13,7 +22,15 @@ class ActorwireError(Exception):
     """Base class of every error actorwire raises on purpose."""
 
 
-class DecodeError(ActorwireError, ValueError):
+class UsageError(ActorwireError):
+    """Local misuse: the calling code broke a rule of the API."""
+
+
+class PeerError(ActorwireError):
+    """A peer misbehaved: it sent what the protocol does not allow."""
+
+
+class DecodeError(PeerError, ValueError):
     """Bytes from a peer could not be turned into a valid message.
 
     This is a *remote* fault: the sender (or the network) produced the bad

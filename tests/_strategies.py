@@ -7,9 +7,8 @@ import types
 import typing
 
 import msgspec
-from hypothesis import strategies as st
-
 from actorwire import messages
+from hypothesis import strategies as st
 
 _INT64 = 2**63 - 1
 

@@ -27,8 +27,12 @@ def tiny_model(layers: int = 4, width: int = 16) -> torch.nn.Module:
 
 def main() -> None:
     from actorwire.actors import attach
+    from actorwire.actors.weights._plan import (
+        ModuleSource,
+        WeightSyncError,
+        layerwise_groups,
+    )
     from actorwire.actors.weights._sender import WeightSender
-    from actorwire.actors.weights._plan import ModuleSource, WeightSyncError, layerwise_groups
 
     ap = argparse.ArgumentParser()
     ap.add_argument("out", type=pathlib.Path)

@@ -7,8 +7,12 @@ nothing here sleeps to synchronise.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable, Iterator
 
 import pytest
+import structlog
+from actorwire.transport import _log
+from actorwire.transport._settings import reload_settings
 from hypothesis import HealthCheck, settings
 
 settings.register_profile(
@@ -44,3 +48,40 @@ def stop_process(proc) -> None:  # type: ignore[no-untyped-def]
     for stream in (proc.stdin, proc.stdout, proc.stderr):
         if stream is not None:
             stream.close()
+
+
+@pytest.fixture(autouse=True)
+def _logging_left_as_found() -> Iterator[None]:
+    """A test that runs a command in-process (which configures logging) leaves no trace behind."""
+    was_configured, config = structlog.is_configured(), structlog.get_config()
+    yield
+    structlog.reset_defaults()
+    if was_configured:
+        structlog.configure(**config)
+    _log._configured = False
+
+
+@pytest.fixture(autouse=True)
+def _settings_follow_the_environment() -> Iterator[None]:
+    """Each test starts and ends with settings read from the environment as it then is.
+
+    Autouse fixtures are set up first and torn down last: this reload runs
+    after monkeypatch has undone a test's changes.
+    """
+    reload_settings()
+    yield
+    reload_settings()
+
+
+@pytest.fixture
+def setenv(monkeypatch: pytest.MonkeyPatch) -> Callable[[str, str | None], None]:
+    """Set (or, with None, remove) an environment variable and re-read the settings."""
+
+    def set_variable(name: str, value: str | None) -> None:
+        if value is None:
+            monkeypatch.delenv(name, raising=False)
+        else:
+            monkeypatch.setenv(name, value)
+        reload_settings()
+
+    return set_variable

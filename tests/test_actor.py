@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from actorwire import messages as m
 from actorwire.actors import Actor, ActorHarness, Context, handler
 from actorwire.transport import UnknownActor

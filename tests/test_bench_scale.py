@@ -5,7 +5,6 @@ from __future__ import annotations
 import io
 
 import pytest
-
 from actorwire.actors.bench import _scale as _bench_scale
 
 

@@ -5,10 +5,9 @@ from __future__ import annotations
 import ast
 import pathlib
 
+import actorwire
 import msgspec
 import pytest
-
-import actorwire
 from actorwire import actors, messages, transport
 from actorwire import messages as m
 

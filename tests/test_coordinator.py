@@ -6,7 +6,6 @@ import json
 import pathlib
 
 import pytest
-
 from actorwire import messages as m
 from actorwire.actors import ActorHarness
 from actorwire.actors.control._coordinator import FINAL_EVAL, Coordinator
@@ -418,7 +417,6 @@ def test_config_is_validated() -> None:
 @pytest.mark.timeout(60)
 def test_a_live_run_ends_cleanly_and_the_coordinator_replays_exactly(tmp_path: pathlib.Path) -> None:
     from _actors import ScriptedWorker
-
     from actorwire.actors import ActorSystem
     from actorwire.actors.runtime._replay import replay
 

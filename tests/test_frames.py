@@ -5,9 +5,12 @@ from __future__ import annotations
 import msgspec
 import pytest
 import torch
-
 from actorwire.messages import Plane, TensorRef
-from actorwire.transport.planes._frames import FramesExporter, FramesImporter, handle_for
+from actorwire.transport.planes._frames import (
+    FramesExporter,
+    FramesImporter,
+    handle_for,
+)
 
 
 @pytest.fixture

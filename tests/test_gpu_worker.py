@@ -6,7 +6,6 @@ import os
 import pathlib
 
 import pytest
-
 from actorwire import messages as m
 from actorwire.actors import ActorHarness, ActorSystem
 from actorwire.actors.control._coordinator import Coordinator

@@ -5,9 +5,7 @@ from __future__ import annotations
 import pathlib
 
 import msgspec
-
 import pytest
-
 from actorwire import messages as m
 from actorwire.transport.recording import (
     INDEX_EVERY,

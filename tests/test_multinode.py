@@ -9,7 +9,6 @@ import subprocess
 import sys
 
 import pytest
-
 from actorwire.actors.runtime._launch import LaunchEnv, first_host, launch_env
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
@@ -44,7 +43,7 @@ def test_our_variables_win_and_bad_numbers_are_named() -> None:
            "ACTORWIRE_JOIN": "tcp://h:1", "ACTORWIRE_RUN_ID": "mine", "ACTORWIRE_RANK": "0"}
     found = launch_env(env)
     assert (found.join, found.run_id, found.rank, found.source) == ("tcp://h:1", "mine", 0, "actorwire")
-    with pytest.raises(ValueError, match="RANK='x' is not an integer"):
+    with pytest.raises(ValueError, match="^RANK must be an integer, got 'x'$"):
         launch_env({"RANK": "x", "MASTER_ADDR": "h"})
     assert launch_env({}) == LaunchEnv(None, None, None, None, None, "none")
 

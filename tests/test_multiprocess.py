@@ -11,12 +11,11 @@ import pathlib
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import msgspec
 import pytest
 import zmq
-
 from actorwire import messages as m
 from actorwire.actors import (
     ActorDead,
@@ -78,13 +77,14 @@ def attached(system: ActorSystem, actors: dict[str, str], *, takeover: bool = Fa
 
 
 @pytest.mark.parametrize("transport", ["ipc", "tcp"])
-def test_fifo_of_100k_messages_none_lost(transport: str, monkeypatch: pytest.MonkeyPatch, tmp_path: pathlib.Path) -> None:
+def test_fifo_of_100k_messages_none_lost(transport: str, setenv: Callable[[str, str | None], None],
+                                        tmp_path: pathlib.Path) -> None:
     if transport == "tcp":  # over CURVE, as tcp always is by default
         from actorwire.transport._security import keygen
 
         keygen(tmp_path)
-        monkeypatch.setenv("ACTORWIRE_KEYS", str(tmp_path))
-        monkeypatch.setenv("ACTORWIRE_PREFER_TCP", "1")
+        setenv("ACTORWIRE_KEYS", str(tmp_path))
+        setenv("ACTORWIRE_PREFER_TCP", "1")
     bind = "tcp://127.0.0.1:0" if transport == "tcp" else None
     with ActorSystem(config=FAST, bind=bind) as system:
         assert system.endpoint.startswith(transport)

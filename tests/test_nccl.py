@@ -9,10 +9,14 @@ from typing import Any
 
 import pytest
 import torch
-
 from _fake_nccl import Fabric, FakeNccl
-from actorwire.transport.comm import CommError
-from actorwire.transport.comm import CommTimeout, CommUnhealthy, NcclCommunicator, find_nccl
+from actorwire.transport.comm import (
+    CommError,
+    CommTimeout,
+    CommUnhealthy,
+    NcclCommunicator,
+    find_nccl,
+)
 
 
 def comms(n: int, fabric: Fabric | None = None, **kw: Any) -> tuple[Fabric, list[NcclCommunicator]]:
@@ -211,19 +215,18 @@ def test_init_logs_the_nccl_environment(monkeypatch: pytest.MonkeyPatch) -> None
     assert env == [{**env[0], "nccl_debug": "WARN"}]
 
 
-def test_a_bad_diagnostics_switch_is_refused(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("ACTORWIRE_NCCL_DIAGNOSTICS", "yes")
-    with pytest.raises(ValueError, match="must be 0 or 1"):
-        NcclCommunicator("cpu", backend=FakeNccl(Fabric()))
+def test_a_bad_diagnostics_switch_is_refused(setenv: Callable[[str, str | None], None]) -> None:
+    with pytest.raises(ValueError, match="^ACTORWIRE_NCCL_DIAGNOSTICS must be 0 or 1, got 'yes'$"):
+        setenv("ACTORWIRE_NCCL_DIAGNOSTICS", "yes")
 
 
-def test_the_library_path_from_the_environment(monkeypatch: pytest.MonkeyPatch, tmp_path: Any) -> None:
-    monkeypatch.setenv("ACTORWIRE_NCCL_LIBRARY", str(tmp_path / "nope.so"))
+def test_the_library_path_from_the_environment(setenv: Callable[[str, str | None], None], tmp_path: Any) -> None:
+    setenv("ACTORWIRE_NCCL_LIBRARY", str(tmp_path / "nope.so"))
     with pytest.raises(CommError, match="does not exist"):
         find_nccl()
     lib = tmp_path / "libnccl.so.2"
     lib.write_bytes(b"")
-    monkeypatch.setenv("ACTORWIRE_NCCL_LIBRARY", str(lib))
+    setenv("ACTORWIRE_NCCL_LIBRARY", str(lib))
     assert find_nccl() == (str(lib), "ACTORWIRE_NCCL_LIBRARY")
 
 

@@ -7,11 +7,10 @@ import os
 import pathlib
 import subprocess
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 from _actors import Echo, Roller
-
 from actorwire import messages as m
 from actorwire.actors import ActorSystem, Context, handler
 from actorwire.actors.cli._log import Where, WhereError, collect_stats, perfetto_trace
@@ -146,9 +145,10 @@ def test_perfetto_export_is_valid_trace_event_json(recording: pathlib.Path) -> N
     assert names == {"roller", "echo", "echo/b"}
 
 
-def test_recording_switched_on_by_environment(tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("ACTORWIRE_RECORD", str(tmp_path))
-    monkeypatch.setenv("ACTORWIRE_RECORD_ACTORS", "kept*")
+def test_recording_switched_on_by_environment(tmp_path: pathlib.Path,
+                                              setenv: Callable[[str, str | None], None]) -> None:
+    setenv("ACTORWIRE_RECORD", str(tmp_path))
+    setenv("ACTORWIRE_RECORD_ACTORS", "kept*")
     with ActorSystem() as system:
         system.spawn(Echo(), "kept")
         system.spawn(Echo(), "skipped")

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import pytest
-
 from actorwire.messages import DownReason, NodeInfo
 from actorwire.transport import Registry, RegistryError
 

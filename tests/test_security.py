@@ -5,11 +5,11 @@ from __future__ import annotations
 import os
 import pathlib
 import stat
+from collections.abc import Callable
 
 import pytest
 import structlog.testing
 from _actors import Echo
-
 from actorwire import messages as m
 from actorwire.actors import ActorSystem
 from actorwire.transport import JoinRefused, RuntimeConfig
@@ -19,10 +19,10 @@ QUICK = RuntimeConfig(timeout_scale=0.3)
 
 
 @pytest.fixture(autouse=True)
-def _clean_env(monkeypatch: pytest.MonkeyPatch) -> None:
+def _clean_env(setenv: Callable[[str, str | None], None]) -> None:
     for var in ("ACTORWIRE_KEYS", "ACTORWIRE_KEY_NAME", "ACTORWIRE_ROOT_KEY", "ACTORWIRE_INSECURE_TCP"):
-        monkeypatch.delenv(var, raising=False)
-    monkeypatch.setenv("ACTORWIRE_PREFER_TCP", "1")  # same host: talk tcp, not ipc
+        setenv(var, None)
+    setenv("ACTORWIRE_PREFER_TCP", "1")  # same host: talk tcp, not ipc
 
 
 def test_keygen_writes_a_private_secret_and_never_overwrites(tmp_path: pathlib.Path) -> None:

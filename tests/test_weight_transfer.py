@@ -16,10 +16,8 @@ from collections.abc import Iterator
 
 import msgspec
 import pytest
-
 from actorwire.actors import ActorSystem
 from actorwire.transport import RuntimeConfig
-
 from test_multiprocess import ENV, no_leaks  # noqa: F401  (the fixture)
 
 TESTS = str(pathlib.Path(__file__).parent)

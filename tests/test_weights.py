@@ -4,11 +4,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from actorwire import messages as m
-from actorwire.actors.weights._consumer import WeightConsumer
-from actorwire.actors.weights._producer import WeightProducer
 from actorwire.actors.testing import ActorHarness
+from actorwire.actors.weights._consumer import WeightConsumer
 from actorwire.actors.weights._plan import (
     ModuleSource,
     ParamMeta,
@@ -20,6 +18,7 @@ from actorwire.actors.weights._plan import (
     names_digest,
     resolve_ownership,
 )
+from actorwire.actors.weights._producer import WeightProducer
 from actorwire.transport.planes import _local
 from actorwire.transport.planes._serve import ServeRing, TensorImporter
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-
 from actorwire.actors import ActorSystem, CommError, Coordinator, Worker, WorkerError
 from actorwire.actors.weights._consumer import WeightConsumer
 from actorwire.actors.weights._plan import single_rank_plan, state_digest

@@ -6,22 +6,13 @@ so a slow CI machine or a debugger session stretches all of them together.
 
 from __future__ import annotations
 
-import os
-
 import msgspec
-
 from actorwire.messages import DEFAULT_MAX_MESSAGE_SIZE
+from actorwire.transport._settings import settings
 
 
 def _env_scale() -> float:
-    raw = os.environ.get("ACTORWIRE_TIMEOUT_SCALE", "1")
-    try:
-        scale = float(raw)
-    except ValueError:
-        raise ValueError(f"ACTORWIRE_TIMEOUT_SCALE must be a number, got {raw!r}") from None
-    if scale <= 0:
-        raise ValueError(f"ACTORWIRE_TIMEOUT_SCALE must be positive, got {raw!r}")
-    return scale
+    return settings().timeout_scale
 
 
 class RuntimeConfig(msgspec.Struct, frozen=True, kw_only=True):

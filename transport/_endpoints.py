@@ -14,7 +14,8 @@ import os
 import pathlib
 import secrets
 import socket
-import tempfile
+
+from actorwire.transport._settings import settings
 
 #: Unix socket paths are limited to 107 bytes; keep ours well under.
 _MAX_IPC_PATH = 100
@@ -28,7 +29,7 @@ def new_node_id() -> str:
 def run_dir(run_id: str) -> pathlib.Path:
     """A private directory for this run's ipc sockets."""
     digest = hashlib.sha256(run_id.encode()).hexdigest()[:12]
-    base = pathlib.Path(os.environ.get("ACTORWIRE_RUNTIME_DIR", tempfile.gettempdir()))
+    base = pathlib.Path(settings().runtime_dir)
     path = base / f"actorwire-{os.getuid()}" / digest
     path.mkdir(parents=True, exist_ok=True, mode=0o700)
     return path

@@ -11,7 +11,7 @@ from __future__ import annotations
 import difflib
 from collections.abc import Iterable
 
-from actorwire.messages import ActorwireError, DownReason, ErrorCode
+from actorwire.messages import ActorwireError, DownReason, ErrorCode, UsageError
 
 
 class DeliveryError(ActorwireError):
@@ -81,3 +81,7 @@ class SystemClosed(ActorwireError):
 
 class JoinRefused(ActorwireError):
     """The root refused this process (wrong run id, protocol version, duplicate name)."""
+
+
+class ConfigError(UsageError, ValueError):
+    """A setting (an ``ACTORWIRE_*`` variable or a config field) has a value it cannot take."""

@@ -53,7 +53,6 @@ from collections.abc import Callable
 from typing import Any
 
 import zmq
-
 from actorwire.messages import (
     PROTOCOL_VERSION,
     Ack,
@@ -75,7 +74,6 @@ from actorwire.messages import (
     Unregister,
     Welcome,
 )
-
 from actorwire.transport._config import RuntimeConfig
 from actorwire.transport._endpoints import (
     ipc_endpoint,
@@ -85,7 +83,6 @@ from actorwire.transport._endpoints import (
     pick_endpoint,
     tcp_host,
 )
-from actorwire.transport._security import ZAP_ENDPOINT, Security
 from actorwire.transport._errors import (
     ActorDead,
     AskTimeout,
@@ -98,6 +95,8 @@ from actorwire.transport._errors import (
 )
 from actorwire.transport._log import get_logger
 from actorwire.transport._registry import Registry, RegistryError
+from actorwire.transport._security import ZAP_ENDPOINT, Security
+from actorwire.transport._settings import settings
 
 #: deliver(envelope, message, source, timeout) -> accepted.  ``source`` is the
 #: sending node's id, or None for a sender in this process; ``timeout`` is how
@@ -304,7 +303,7 @@ class Node:
         self._hb_seq = 0
         self._beat_interval = self.config.scaled(self.config.heartbeat_interval)
         self._staleness = self.config.scaled(self.config.staleness_timeout)
-        self._prefer_tcp = os.environ.get("ACTORWIRE_PREFER_TCP", "0") == "1"
+        self._prefer_tcp = settings().prefer_tcp
         if not self.is_root:
             # Connect here, not in the I/O thread, so a bad endpoint fails the
             # constructor with its name (the socket moves to the I/O thread at

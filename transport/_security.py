@@ -31,6 +31,7 @@ from typing import Any
 
 import zmq
 import zmq.utils.z85
+from actorwire.transport._settings import settings
 
 ZAP_ENDPOINT = "inproc://zeromq.zap.01"
 ZAP_DOMAIN = "actorwire"
@@ -87,10 +88,10 @@ class Security:
                  insecure_tcp: bool | None = None) -> None:
         import zmq.auth
 
-        env = os.environ
-        self.keys = keys or env.get("ACTORWIRE_KEYS") or None
-        self.key_name = key_name or env.get("ACTORWIRE_KEY_NAME", "node")
-        self.insecure_tcp = insecure_tcp if insecure_tcp is not None else env.get("ACTORWIRE_INSECURE_TCP") == "1"
+        env = settings()
+        self.keys = keys or env.keys
+        self.key_name = key_name or env.key_name
+        self.insecure_tcp = insecure_tcp if insecure_tcp is not None else env.insecure_tcp
         self.public: bytes | None = None
         self.secret: bytes | None = None
         self.allowed: set[bytes] = set()
@@ -108,7 +109,7 @@ class Security:
             key, _ = zmq.auth.load_certificate(str(public_file))
             self.allowed.add(key)
         self._allowed_raw = {zmq.utils.z85.decode(k) for k in self.allowed}
-        root = root_key or env.get("ACTORWIRE_ROOT_KEY")
+        root = root_key or env.root_key
         self.root_key = _load_public(root) if root else self.public
 
     @property

@@ -23,12 +23,11 @@ import time
 from typing import Any
 
 import zmq
-
 from actorwire import messages as m
-
-from actorwire.actors.runtime._actor import Actor, handler
 from actorwire.actors.bench._harness import Result
+from actorwire.actors.runtime._actor import Actor, handler
 from actorwire.actors.runtime._context import Context
+from actorwire.transport._settings import reload_settings
 
 BATCH = m.Batch(rank=3, batch_ms=12.5, step_count=1000, batch_loss=0.25, data_ms=1.5)
 
@@ -231,6 +230,7 @@ def run(n: int = 200_000, asks: int = 3000, progress: Any = sys.stderr) -> list[
         # tcp is measured as it runs by default: CURVE-encrypted, with a throwaway key pair.
         env = {"ACTORWIRE_PREFER_TCP": "1", "ACTORWIRE_KEYS": _bench_keys()} if transport == "tcp" else {}
         os.environ.update(env)
+        reload_settings()
         try:
             with ActorSystem(bind="tcp://127.0.0.1:0" if transport == "tcp" else None) as system:
                 inbox = system.inbox("bench")
@@ -247,6 +247,7 @@ def run(n: int = 200_000, asks: int = 3000, progress: Any = sys.stderr) -> list[
         finally:
             for key in env:
                 os.environ.pop(key, None)
+            reload_settings()
         endpoint = f"ipc://{run_dir}/raw.sock" if transport == "ipc" else "tcp://127.0.0.1:0"
         raw = raw_push_pull(endpoint, n)
         results.append(Result.against(f"bus.tell.{transport}", ours, "msg/s", raw,
@@ -303,4 +304,7 @@ def _free_port() -> int:
 
 
 if __name__ == "__main__":
+    from actorwire.transport import configure_logging
+
+    configure_logging()  # a program of ours: it may configure its process
     _raw_child(sys.argv[1:])

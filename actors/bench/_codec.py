@@ -11,7 +11,6 @@ import dataclasses
 import sys
 
 from actorwire import messages
-
 from actorwire.actors.bench._harness import Result, rate
 
 

@@ -20,7 +20,6 @@ from collections.abc import Callable
 from pathlib import Path
 
 import msgspec
-
 from actorwire import __version__
 
 

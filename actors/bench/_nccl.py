@@ -51,7 +51,6 @@ def local_rank_over_pipe(rank: int, world: int, *, timeout_s: float) -> Any:
     the others' stdin.  For benchmarks and tests on one machine; runs use the bus.
     """
     import torch
-
     from actorwire.transport.comm import NcclCommunicator
 
     torch.cuda.set_device(rank)
@@ -131,4 +130,7 @@ def run(world: int | None = None, progress: Any = sys.stderr) -> list[Result]:
 
 
 if __name__ == "__main__":
+    from actorwire.transport import configure_logging
+
+    configure_logging()  # a program of ours: it may configure its process
     _rank(int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]))

@@ -13,8 +13,8 @@ import tempfile
 import time
 from typing import Any
 
-from actorwire.actors.bench._harness import Result
 from actorwire.actors.bench._bus import Sink, _measure_tell
+from actorwire.actors.bench._harness import Result
 from actorwire.actors.cli._log import collect_stats
 
 

@@ -34,7 +34,6 @@ import time
 from typing import Any
 
 from actorwire import messages as m
-
 from actorwire.actors.bench._harness import Result
 
 RATE_HZ = 10.0
@@ -189,4 +188,7 @@ def run(workers: int = 1000, processes: int = 4, epochs: int = 3, seconds_per_ep
 
 
 if __name__ == "__main__":
+    from actorwire.transport import configure_logging
+
+    configure_logging()  # a program of ours: it may configure its process
     _simulate(int(sys.argv[1]), int(sys.argv[2]), int(sys.argv[3]), sys.argv[4], int(sys.argv[5]))

@@ -24,9 +24,7 @@ import time
 from typing import Any
 
 import msgspec
-
 from actorwire import messages as m
-
 from actorwire.actors.bench._harness import Result
 
 SIZES = {"64MiB": 64 << 20, "1GiB": 1 << 30}
@@ -35,7 +33,6 @@ SIZES = {"64MiB": 64 << 20, "1GiB": 1 << 30}
 def _consumer() -> None:
     """Child: for each line (hex msgpack of a name->TensorRef map) open, copy out, answer."""
     import torch
-
     from actorwire.transport.planes._cuda_ipc import CudaIpcImporter
     from actorwire.transport.planes._frames import FramesImporter
     from actorwire.transport.planes._shm import ShmImporter
@@ -123,7 +120,6 @@ def _move_rate(exporter: Any, src: Any, child: _Child, repeats: int) -> float:
 
 def run(sizes: list[str] | None = None, repeats: int = 3, progress: Any = sys.stderr) -> list[Result]:
     import torch
-
     from actorwire.transport.planes._frames import FramesExporter
     from actorwire.transport.planes._shm import ShmExporter
 
@@ -161,7 +157,6 @@ def run(sizes: list[str] | None = None, repeats: int = 3, progress: Any = sys.st
 
 def _cuda(child: _Child, sizes: list[str], repeats: int) -> list[Result]:
     import torch
-
     from actorwire.transport.planes._cuda_ipc import CudaIpcExporter
 
     out: list[Result] = []
@@ -200,7 +195,6 @@ def _cuda(child: _Child, sizes: list[str], repeats: int) -> list[Result]:
 
 def _publish_group64() -> list[Result]:
     import torch
-
     from actorwire.transport.planes import _local
     from actorwire.transport.planes._shm import ShmExporter
 
@@ -227,5 +221,8 @@ def _publish_group64() -> list[Result]:
 
 
 if __name__ == "__main__":
+    from actorwire.transport import configure_logging
+
+    configure_logging()  # a program of ours: it may configure its process
     if sys.argv[1:] == ["consumer"]:
         _consumer()

@@ -12,9 +12,8 @@ import time
 from typing import Any
 
 from actorwire import messages as m
-
-from actorwire.actors.runtime._actor import Actor, handler
 from actorwire.actors.bench._harness import Result
+from actorwire.actors.runtime._actor import Actor, handler
 from actorwire.actors.runtime._context import Context
 
 
@@ -31,8 +30,8 @@ class AcceptAll(Actor):
 
 
 def run(n: int = 50_000, progress: Any = sys.stderr) -> list[Result]:
-    from actorwire.actors.runtime._system import ActorSystem
     from actorwire.actors.control._worker import Worker
+    from actorwire.actors.runtime._system import ActorSystem
 
     with ActorSystem() as root:
         root.spawn_process({"coordinator": "actorwire.actors.bench._worker:AcceptAll"})

@@ -19,10 +19,9 @@ import tempfile
 import time
 
 from actorwire import messages as m
-
-from actorwire.actors.weights._consumer import ModelConsumer
 from actorwire.actors.control._coordinator import Coordinator
 from actorwire.actors.runtime._system import ActorSystem
+from actorwire.actors.weights._consumer import ModelConsumer
 
 
 def _spawn_consumers(system: ActorSystem, workers: int) -> dict[int, ModelConsumer]:

@@ -12,6 +12,8 @@ import sys
 import time
 from typing import Any
 
+from actorwire.transport._settings import settings
+
 DIM = 16
 
 
@@ -35,11 +37,14 @@ def dataset(n: int) -> tuple[object, object]:
 
 def main() -> int:
     import torch
-
-    from actorwire.transport.comm import GlooCommunicator
-    from actorwire.actors.weights._sender import WeightSender
-    from actorwire.actors.weights._plan import ModuleSource, WeightSyncError, state_digest
     from actorwire.actors.control._worker import Worker
+    from actorwire.actors.weights._plan import (
+        ModuleSource,
+        WeightSyncError,
+        state_digest,
+    )
+    from actorwire.actors.weights._sender import WeightSender
+    from actorwire.transport.comm import GlooCommunicator
 
     torch.set_num_threads(1)
     torch.manual_seed(0)  # identical initial weights on every rank
@@ -65,7 +70,7 @@ def main() -> int:
     if os.environ.get("DEMO_BACKEND") == "nccl":  # one GPU per worker, by launch rank
         from actorwire.transport.comm import NcclCommunicator
 
-        device = torch.device("cuda", int(os.environ.get("ACTORWIRE_RANK", "0")) % torch.cuda.device_count())
+        device = torch.device("cuda", (settings().rank or 0) % torch.cuda.device_count())
         torch.cuda.set_device(device)
         model.to(device)
         x, y, val_x, val_y = x.to(device), y.to(device), val_x.to(device), val_y.to(device)
@@ -73,7 +78,7 @@ def main() -> int:
     with Worker(model=model, communicator=communicator, eval_fn=evaluate,
                 checkpoint_fn=checkpoint if stem else None) as worker:
         # After every epoch this rank's weights go to its consumer in the demo process, checked bit-exact.
-        launch_rank = int(os.environ.get("ACTORWIRE_RANK", "0"))
+        launch_rank = (settings().rank or 0)
         sender = WeightSender(worker.system, ModuleSource(model), consumer_ids=[0], prefix=f"weights/r{launch_rank}",
                               stall_timeout=20.0)
         while (plan := worker.next_plan()) is not None:
@@ -107,4 +112,7 @@ def main() -> int:
 
 
 if __name__ == "__main__":
+    from actorwire.transport import configure_logging
+
+    configure_logging()  # a program of ours: it may configure its process
     sys.exit(main())

@@ -17,6 +17,7 @@ import threading
 import uuid
 
 from actorwire import messages as m
+from actorwire.transport._settings import settings
 
 
 def cmd_keygen(args: argparse.Namespace) -> int:
@@ -34,19 +35,17 @@ def cmd_keygen(args: argparse.Namespace) -> int:
 
 
 def cmd_coordinator(args: argparse.Namespace) -> int:
-    from actorwire.transport._endpoints import is_tcp
-
     from actorwire.actors.control._coordinator import Coordinator
     from actorwire.actors.runtime._launch import launch_env
     from actorwire.actors.runtime._system import ActorSystem
+    from actorwire.transport._endpoints import is_tcp
 
     if not is_tcp(args.bind):
         print(f"actorwire coordinator: --bind must be tcp://HOST:PORT, got {args.bind!r}", file=sys.stderr)
         return 2
     found = launch_env()
-    env = os.environ
-    run_id = (args.run_id or env.get("ACTORWIRE_RUN_ID") or env.get("TORCHELASTIC_RUN_ID") or env.get("SLURM_JOB_ID")
-              or found.run_id or uuid.uuid4().hex[:12])
+    run_id = (args.run_id or found.run_id or os.environ.get("TORCHELASTIC_RUN_ID") or os.environ.get("SLURM_JOB_ID")
+              or uuid.uuid4().hex[:12])
     world = args.world_size or found.world_size
     if not world:
         print("actorwire coordinator: --world-size is required (or WORLD_SIZE / SLURM_NTASKS)", file=sys.stderr)
@@ -68,7 +67,7 @@ def cmd_coordinator(args: argparse.Namespace) -> int:
         inbox.watch("coordinator")
         print(f"run {run_id}: coordinator listening on {system.endpoint}, waiting for {world} workers")
         print(f"workers join with ACTORWIRE_JOIN={system.endpoint} ACTORWIRE_RUN_ID={run_id}"
-              + (f" ACTORWIRE_KEYS={os.environ['ACTORWIRE_KEYS']}" if os.environ.get("ACTORWIRE_KEYS") else ""),
+              + (f" ACTORWIRE_KEYS={settings().keys}" if settings().keys else ""),
               flush=True)
         signal.signal(signal.SIGTERM, lambda *_: done.set())
         while not done.is_set():

@@ -19,7 +19,8 @@ import pathlib
 from typing import Any
 
 import msgspec
-
+from actorwire.actors.runtime._actor import Actor, handler
+from actorwire.actors.runtime._context import Context
 from actorwire.messages import (
     Batch,
     Checkpoint,
@@ -59,9 +60,6 @@ from actorwire.messages import (
     SyncNow,
     TimerFired,
 )
-
-from actorwire.actors.runtime._actor import Actor, handler
-from actorwire.actors.runtime._context import Context
 
 #: ``schedule_id`` of the single canonical eval at the end of the run.
 FINAL_EVAL = 2**63 - 1

@@ -22,6 +22,13 @@ from __future__ import annotations
 
 from typing import Any
 
+from actorwire.actors.control._rank_ops import (
+    run_checkpoint,
+    run_eval,
+    weighted_average,
+)
+from actorwire.actors.runtime._actor import Actor, handler
+from actorwire.actors.runtime._context import Context
 from actorwire.messages import (
     Batch,
     Checkpoint,
@@ -49,11 +56,7 @@ from actorwire.messages import (
     SyncNow,
     Throttle,
 )
-
-from actorwire.actors.runtime._actor import Actor, handler
 from actorwire.transport.comm import CommError, Communicator
-from actorwire.actors.runtime._context import Context
-from actorwire.actors.control._rank_ops import run_checkpoint, run_eval, weighted_average
 
 
 class GpuWorker(Actor):

@@ -7,7 +7,6 @@ from collections.abc import Callable
 from typing import Any
 
 from actorwire.messages import Checkpoint, CheckpointResult, EvalResult, ExecuteEval
-
 from actorwire.transport.comm import Communicator
 
 

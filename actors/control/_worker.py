@@ -33,6 +33,11 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from actorwire.actors.control._rank_ops import (
+    run_checkpoint,
+    run_eval,
+    weighted_average,
+)
 from actorwire.messages import (
     Batch,
     Checkpoint,
@@ -69,9 +74,8 @@ from actorwire.messages import (
     SyncNow,
 )
 from actorwire.transport import get_logger
-
+from actorwire.transport._settings import settings
 from actorwire.transport.comm import CommError, Communicator, GlooCommunicator
-from actorwire.actors.control._rank_ops import run_checkpoint, run_eval, weighted_average
 
 _SESSION_WAIT_S = 60.0
 
@@ -140,7 +144,7 @@ class Worker:
         self.coordinator_timeout = coordinator_timeout
         self._snapshot: Any = None
         self._session_attempt = 0
-        self.death_dir = death_dir or os.environ.get("ACTORWIRE_DEATH_DIR") or tempfile.gettempdir()
+        self.death_dir = death_dir or settings().death_dir or tempfile.gettempdir()
         self.log = get_logger(role="worker", rank=self.rank)
         self.name = f"worker/{self.rank}"
         self.inbox = self.system.inbox(self.name)
@@ -352,8 +356,8 @@ class Worker:
         launcher wants the trained weights.  Returns the sync report; its
         ``consumer_digests[0]`` is the digest of what the consumer now holds.
         """
-        from actorwire.actors.weights._sender import WeightSender
         from actorwire.actors.weights._plan import ModuleSource
+        from actorwire.actors.weights._sender import WeightSender
 
         if self.model is None:
             raise WorkerError("send_final_snapshot() needs the model given to Worker(model=...)")

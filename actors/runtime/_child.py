@@ -37,4 +37,7 @@ def main(argv: list[str]) -> int:
 
 
 if __name__ == "__main__":
+    from actorwire.transport import configure_logging
+
+    configure_logging()  # a program of ours: it may configure its process
     sys.exit(main(sys.argv[1:]))

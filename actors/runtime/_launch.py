@@ -22,6 +22,8 @@ import msgspec
 from actorwire.actors.runtime._actor import Actor
 from actorwire.transport import get_logger
 from actorwire.transport._endpoints import new_node_id
+from actorwire.transport._errors import ConfigError
+from actorwire.transport._settings import Settings, settings
 
 
 class ActorSpec(msgspec.Struct, frozen=True):
@@ -58,7 +60,7 @@ def load_actor(spec: ActorSpec) -> Actor:
 
 def set_process_title(names: list[str]) -> None:
     """``ps`` shows ``actorwire <actor names>`` for this process."""
-    if os.environ.get("ACTORWIRE_PROCTITLE", "1") == "0":
+    if not settings().proctitle:
         return
     try:
         import setproctitle
@@ -130,9 +132,6 @@ class ChildProcess:
                 return self.process.wait()
 
 
-#: The coordinator's port when a launcher's environment (torchrun, SLURM) gives only a host.
-DEFAULT_PORT = 29555
-
 
 def first_host(nodelist: str) -> str:
     """The first host of a SLURM node list: ``gpu[03-05,9],cpu1`` -> ``gpu03``."""
@@ -176,8 +175,9 @@ def launch_env(env: Mapping[str, str] | None = None) -> LaunchEnv:
     ``$ACTORWIRE_PORT`` (default 29555) of that host.  ``ACTORWIRE_*`` values
     win over both.
     """
+    ours = settings() if env is None else Settings.from_env(env)
     env = os.environ if env is None else env
-    port = env.get("ACTORWIRE_PORT", str(DEFAULT_PORT))
+    port = ours.port
 
     def num(*names: str) -> int | None:
         for name in names:
@@ -185,7 +185,7 @@ def launch_env(env: Mapping[str, str] | None = None) -> LaunchEnv:
                 try:
                     return int(env[name])
                 except ValueError:
-                    raise ValueError(f"{name}={env[name]!r} is not an integer") from None
+                    raise ConfigError(f"{name} must be an integer, got {env[name]!r}") from None
         return None
 
     source, join, run_id = "none", None, None
@@ -197,16 +197,16 @@ def launch_env(env: Mapping[str, str] | None = None) -> LaunchEnv:
         source = "torchrun"
         join = f"tcp://{env['MASTER_ADDR']}:{port}"
         run_id = env.get("TORCHELASTIC_RUN_ID") or run_id
-    if env.get("ACTORWIRE_JOIN"):
-        source, join = "actorwire", env["ACTORWIRE_JOIN"]
-    run_id = env.get("ACTORWIRE_RUN_ID") or run_id
+    if ours.join:
+        source, join = "actorwire", ours.join
+    run_id = ours.run_id or run_id
     if source == "torchrun":
-        rank, world, local = num("ACTORWIRE_RANK", "RANK"), num("ACTORWIRE_WORLD_SIZE", "WORLD_SIZE"), \
-            num("LOCAL_RANK")
+        rank, world, local = num("RANK"), num("WORLD_SIZE"), num("LOCAL_RANK")
     else:
-        rank = num("ACTORWIRE_RANK", "RANK", "SLURM_PROCID")
-        world = num("ACTORWIRE_WORLD_SIZE", "WORLD_SIZE", "SLURM_NTASKS")
-        local = num("LOCAL_RANK", "SLURM_LOCALID")
+        rank, world, local = num("RANK", "SLURM_PROCID"), num("WORLD_SIZE", "SLURM_NTASKS"), \
+            num("LOCAL_RANK", "SLURM_LOCALID")
+    rank = ours.rank if ours.rank is not None else rank
+    world = ours.world_size if ours.world_size is not None else world
     return LaunchEnv(join=join, run_id=run_id, rank=rank, world_size=world, local_rank=local, source=source)
 
 
@@ -219,8 +219,7 @@ def attach(**overrides: Any) -> Any:
     """
     from actorwire.actors.runtime._system import ActorSystem
 
-    env = os.environ
-    found = launch_env(env)
+    found = launch_env()
     join = overrides.pop("join", None) or found.join
     run_id = overrides.pop("run_id", None) or found.run_id
     missing = [n for n, v in (("ACTORWIRE_JOIN (or MASTER_ADDR, or SLURM_NODELIST)", join),
@@ -230,5 +229,5 @@ def attach(**overrides: Any) -> Any:
     rank = overrides.pop("rank", None)
     if rank is None:
         rank = found.rank
-    node_id = overrides.pop("node_id", None) or env.get("ACTORWIRE_NODE_ID")
+    node_id = overrides.pop("node_id", None) or settings().node_id
     return ActorSystem(run_id=run_id, join=join, rank=rank, proctitle=True, node_id=node_id, **overrides)

@@ -9,7 +9,6 @@ with no change to the actors.  Each recorded actor writes its own log (see
 from __future__ import annotations
 
 import fnmatch
-import os
 import random
 import time
 from typing import TYPE_CHECKING, Any
@@ -17,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 from actorwire.actors.runtime._context import LiveContext
 from actorwire.messages import Envelope, Message
+from actorwire.transport._settings import settings
 from actorwire.transport.recording import (
     Begin,
     Clock,
@@ -43,10 +43,10 @@ class RecordSettings(msgspec.Struct, frozen=True):
 
     @classmethod
     def from_env(cls) -> RecordSettings | None:
-        directory = os.environ.get("ACTORWIRE_RECORD")
+        directory = settings().record
         if not directory:
             return None
-        patterns = tuple(p.strip() for p in os.environ.get("ACTORWIRE_RECORD_ACTORS", "*").split(",") if p.strip())
+        patterns = tuple(p.strip() for p in settings().record_actors.split(",") if p.strip())
         return cls(directory, patterns or ("*",))
 
     def wants(self, name: str) -> bool:

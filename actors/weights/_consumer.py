@@ -25,7 +25,9 @@ from __future__ import annotations
 from typing import Any
 
 import msgspec
-
+from actorwire.actors.runtime._actor import Actor, handler
+from actorwire.actors.runtime._context import Context
+from actorwire.actors.weights._plan import Chunk, WeightPlan, state_digest
 from actorwire.messages import (
     BeginSync,
     Down,
@@ -38,11 +40,6 @@ from actorwire.messages import (
     SyncFailed,
     TimerFired,
 )
-
-from actorwire.actors.runtime._actor import Actor, handler
-from actorwire.actors.runtime._context import Context
-from actorwire.actors.weights._plan import Chunk, WeightPlan, state_digest
-
 
 #: Seconds between attempts to reserve on producers that do not exist yet.
 RESERVE_RETRY = 0.2

@@ -23,7 +23,6 @@ from collections.abc import Iterator, Sequence
 from typing import Any, Protocol
 
 import msgspec
-
 from actorwire.messages import Record
 
 

@@ -29,11 +29,12 @@ free.
 
 from __future__ import annotations
 
-import os
 from typing import Any
 
 import msgspec
-
+from actorwire.actors.runtime._actor import Actor, handler
+from actorwire.actors.runtime._context import Context
+from actorwire.actors.weights._plan import WeightPlan
 from actorwire.messages import (
     BeginSync,
     Down,
@@ -50,11 +51,8 @@ from actorwire.messages import (
     TensorRef,
     TimerFired,
 )
+from actorwire.transport._settings import settings
 from actorwire.transport.planes import _local
-
-from actorwire.actors.runtime._actor import Actor, handler
-from actorwire.actors.runtime._context import Context
-from actorwire.actors.weights._plan import WeightPlan
 
 DEFAULT_STALL_TIMEOUT = 300.0
 
@@ -81,7 +79,7 @@ class WeightProducer(Actor):
         self.prefix = prefix
         #: Content digests in every served ref (default: ``$ACTORWIRE_RECORD_DIGESTS=1``), so a
         #: recording shows which bytes each pull carried.
-        self.digests = os.environ.get("ACTORWIRE_RECORD_DIGESTS") == "1" if digests is None else digests
+        self.digests = settings().record_digests if digests is None else digests
         self.served = plan.served_names(rank)
         self.owned = set(plan.owned_groups(rank))
         self.group_of = plan.group_of()

@@ -24,12 +24,30 @@ import dataclasses
 import time
 from typing import TYPE_CHECKING, Any
 
-from actorwire.messages import BeginSync, EndSync, GroupsFreed, HeldNames, PublishGroup, SyncFailed
+from actorwire.actors.weights._plan import (
+    WeightPlan,
+    WeightSource,
+    WeightSyncError,
+    bitmask,
+    build_plan,
+    names_digest,
+    resolve_ownership,
+)
+from actorwire.actors.weights._producer import (
+    DEFAULT_STALL_TIMEOUT,
+    WeightProducer,
+    consumer_name,
+)
+from actorwire.messages import (
+    BeginSync,
+    EndSync,
+    GroupsFreed,
+    HeldNames,
+    PublishGroup,
+    SyncFailed,
+)
 from actorwire.transport import get_logger
 from actorwire.transport.planes import _local
-
-from actorwire.actors.weights._producer import DEFAULT_STALL_TIMEOUT, WeightProducer, consumer_name
-from actorwire.actors.weights._plan import WeightPlan, WeightSource, WeightSyncError, bitmask, build_plan, names_digest, resolve_ownership
 
 if TYPE_CHECKING:
     from actorwire.actors.runtime._system import ActorSystem

@@ -10,7 +10,12 @@ from __future__ import annotations
 from actorwire.transport.comm._gloo import GlooCommunicator
 from actorwire.transport.comm._nccl import NcclCommunicator
 from actorwire.transport.comm._nccl_lib import find_nccl
-from actorwire.transport.comm._protocol import CommError, Communicator, CommTimeout, CommUnhealthy
+from actorwire.transport.comm._protocol import (
+    CommError,
+    CommTimeout,
+    CommUnhealthy,
+    Communicator,
+)
 
 __all__ = [
     "Communicator", "CommError", "CommTimeout", "CommUnhealthy", "GlooCommunicator", "NcclCommunicator",

@@ -16,6 +16,7 @@ import os
 from typing import Any
 
 from actorwire.transport._endpoints import is_tcp, local_address_towards, tcp_host
+from actorwire.transport._settings import settings
 from actorwire.transport.comm._protocol import CommError
 
 
@@ -80,8 +81,8 @@ class GlooCommunicator:
         """The address the other ranks reach this one at (see the module doc)."""
         if self.host:
             return self.host
-        if os.environ.get("ACTORWIRE_HOST"):
-            return os.environ["ACTORWIRE_HOST"]
+        if settings().host:
+            return settings().host
         if self.towards and is_tcp(self.towards):
             return local_address_towards(tcp_host(self.towards))
         return "127.0.0.1"

@@ -36,6 +36,7 @@ from contextlib import contextmanager
 from typing import Any
 
 from actorwire.transport import get_logger
+from actorwire.transport._settings import settings
 from actorwire.transport.comm._nccl_lib import (
     DTYPES,
     ENV_LOGGED,
@@ -58,10 +59,8 @@ class NcclCommunicator:
                  poll_interval: float = 0.001) -> None:
         if timeout_s <= 0 or init_timeout_s <= 0:
             raise ValueError("timeouts must be positive")
-        env = os.environ.get("ACTORWIRE_NCCL_DIAGNOSTICS", "")
-        if env not in ("", "0", "1"):
-            raise ValueError(f"ACTORWIRE_NCCL_DIAGNOSTICS must be 0 or 1, not {env!r}")
-        self.diagnostics = (env == "1") if diagnostics is None else diagnostics
+        env = settings().nccl_diagnostics
+        self.diagnostics = bool(env) if diagnostics is None else diagnostics
         self.device = device
         self.timeout_s, self.init_timeout_s, self.poll_interval = timeout_s, init_timeout_s, poll_interval
         self.backend: Any = backend

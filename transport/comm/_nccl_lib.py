@@ -13,6 +13,7 @@ import ctypes.util
 import os
 from typing import Any, Protocol
 
+from actorwire.transport._settings import settings
 from actorwire.transport.comm._protocol import CommError
 
 SUCCESS, IN_PROGRESS = 0, 7
@@ -88,7 +89,7 @@ def find_nccl() -> tuple[str, str]:
     ``CommError`` listing what was tried.
     """
     tried = []
-    env = os.environ.get("ACTORWIRE_NCCL_LIBRARY")
+    env = settings().nccl_library
     if env:
         if os.path.exists(env):
             return env, "ACTORWIRE_NCCL_LIBRARY"

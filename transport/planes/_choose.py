@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from actorwire.messages import Plane
+from actorwire.transport._settings import settings
 
 
 def choose_plane(device: str, *, same_host: bool, force: Plane | str | None = None) -> Plane:
@@ -11,9 +12,7 @@ def choose_plane(device: str, *, same_host: bool, force: Plane | str | None = No
     ``force`` (or ``$ACTORWIRE_PLANE``) overrides the choice; a forced plane
     that cannot carry the tensor is an error naming both.
     """
-    import os
-
-    forced = force or os.environ.get("ACTORWIRE_PLANE")
+    forced = force or settings().plane
     if forced:
         plane = Plane(forced)
         if plane is Plane.CUDA_IPC and not device.startswith("cuda"):

@@ -29,7 +29,6 @@ import warnings
 from typing import Any
 
 import msgspec
-
 from actorwire.messages import Plane, TensorRef
 from actorwire.transport.planes._layout import view_ref
 

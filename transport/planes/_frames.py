@@ -26,11 +26,10 @@ from typing import Any, Union
 
 import msgspec
 import zmq
-
 from actorwire.messages import Plane, TensorRef
-
 from actorwire.transport._endpoints import is_tcp, tcp_host
 from actorwire.transport._security import Security, SecurityError
+from actorwire.transport._settings import settings
 from actorwire.transport.planes._layout import copy_packed, pack_layout, packed_refs
 
 ZERO_COPY_BYTES = 64 * 1024
@@ -140,9 +139,8 @@ def _private_ipc() -> str:
     """An ipc endpoint in a private (0700) directory: same-host peers need no tcp at all."""
     import os
     import secrets
-    import tempfile
 
-    base = os.path.join(os.environ.get("ACTORWIRE_RUNTIME_DIR", tempfile.gettempdir()), f"actorwire-{os.getuid()}")
+    base = os.path.join(settings().runtime_dir, f"actorwire-{os.getuid()}")
     os.makedirs(base, mode=0o700, exist_ok=True)
     return f"ipc://{base}/frames-{os.getpid()}-{secrets.token_hex(4)}.sock"
 
