@@ -16,9 +16,10 @@ import sys
 import time
 
 import torch
-
 from actorwire import messages as m
-from actorwire.actors import ActorSystem, Coordinator, GlooCommunicator, Worker  # actorwire
+from actorwire.actors import ActorSystem  # actorwire
+from actorwire.actors.control import Coordinator, Worker
+from actorwire.transport.comm import GlooCommunicator
 
 DATASET, BATCH, EPOCHS, WORKERS = 2048, 32, 3, 2
 

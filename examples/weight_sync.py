@@ -15,8 +15,8 @@ import pathlib
 import sys
 
 import torch
-
-from actorwire.actors import ActorSystem, ModuleSource, WeightSender, state_digest
+from actorwire.actors import ActorSystem
+from actorwire.actors.weights import ModuleSource, WeightSender, state_digest
 
 HERE = pathlib.Path(__file__).resolve().parent
 
@@ -34,7 +34,7 @@ def main() -> int:
         sender = WeightSender(system, ModuleSource(model), consumer_ids=[0, 1])
         for cid in (0, 1):
             name = f"weights/consumer/{cid}"
-            system.spawn_process({name: "actorwire.actors:ModelConsumer"}, env=env, config={
+            system.spawn_process({name: "actorwire.actors.weights:ModelConsumer"}, env=env, config={
                 name: {"consumer_id": cid, "plan": sender.plan, "factory": "weight_sync:build_model"}})
         for step in range(3):
             loss = model(torch.randn(16, 32)).pow(2).mean()

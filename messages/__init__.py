@@ -2,7 +2,9 @@
 
 The typed message catalog (one tagged union of frozen msgspec structs), the
 envelope, and the codec that turns them into msgpack frames and back, with
-validation.  This package imports nothing else of actorwire.
+validation.  This package imports nothing else of actorwire.  The node protocol's own kinds are in
+:mod:`actorwire.messages.runtime`; kinds kept only for their tags, in
+:mod:`actorwire.messages.reserved`.
 """
 
 from __future__ import annotations
@@ -23,7 +25,6 @@ from ._control import (
     CoordHeartbeat,
     DeclareDead,
     EpochAggregated,
-    EpochPlan,
     EvalBroadcast,
     ExecuteEval,
     ExtendPartition,
@@ -31,53 +32,33 @@ from ._control import (
     JoinRejected,
     NewNcclSession,
     RequestNewNcclId,
-    RequestParams,
-    SaveConsensusModel,
     SetEpochCallbackRole,
     SetGlobalStep,
     Shutdown,
     ShutdownWithSave,
-    StageAdvisory,
-    StageEpoch,
-    StageSegment,
     StartEpoch,
     SyncNow,
     Throttle,
-    Update,
 )
-from ._enums import DownReason, ErrorCode, IntentKind, Plane, RendezvousRole, SaveReason
+from ._enums import DownReason, ErrorCode, IntentKind, Plane, SaveReason
 from ._envelope import PROTOCOL_VERSION, Envelope
 from ._errors import (
     ActorwireError,
     DecodeError,
-    PeerError,
-    UsageError,
     MalformedMessage,
     MessageTooLarge,
+    PeerError,
     ProtocolVersionMismatch,
     UnknownMessage,
+    UsageError,
 )
 from ._metrics import EpochMetrics, MetricsMsg, ResourceUsage, ScalarSum
-from ._rendezvous import RendezvousAssign, RendezvousHello, RendezvousMsg, RendezvousUid
+from ._public import publish as _publish
 from ._runtime import (
-    Ack,
-    AckEntry,
     AskFailed,
     Down,
     ErrorReply,
-    Hello,
-    NodeExiting,
-    NodeHeartbeat,
-    NodeInfo,
-    Refused,
-    Register,
-    RegistryUpdate,
-    RuntimeMsg,
-    Unregister,
-    Unwatch,
     TimerFired,
-    Watch,
-    Welcome,
 )
 from ._schema import describe, example, json_schema
 from ._tensor import TensorRef
@@ -92,9 +73,7 @@ from ._timing import (
     JoinRequest,
     LrUpdate,
     NewNcclIdGenerated,
-    ResourceSample,
     SessionFailed,
-    SnapshotReady,
     SyncAck,
     TimingMsg,
 )
@@ -103,13 +82,13 @@ from ._weights import (
     EndSync,
     FreeGroup,
     GroupsFreed,
+    HeldNames,
     PublishGroup,
     PullReply,
     PullRequest,
     ReserveServeBuffer,
     ServeBufferReserved,
     SyncFailed,
-    HeldNames,
     WeightMsg,
 )
 
@@ -124,26 +103,22 @@ __all__ = [
     "ActorwireError", "UsageError", "PeerError", "DecodeError", "MalformedMessage", "UnknownMessage", "MessageTooLarge",
     "ProtocolVersionMismatch",
     # enums
-    "IntentKind", "SaveReason", "DownReason", "Plane", "RendezvousRole", "ErrorCode",
+    "IntentKind", "SaveReason", "DownReason", "Plane", "ErrorCode",
     # unions
-    "ControlMsg", "TimingMsg", "WeightMsg", "RendezvousMsg", "RuntimeMsg",
+    "ControlMsg", "TimingMsg", "WeightMsg",
     # control
-    "EpochPlan", "StartEpoch", "ExtendPartition", "RequestParams", "Update", "SyncNow",
+    "StartEpoch", "ExtendPartition", "SyncNow",
     "Throttle", "SetGlobalStep", "Checkpoint", "ExecuteEval", "SetEpochCallbackRole",
     "EpochAggregated", "EvalBroadcast", "DeclareDead", "RequestNewNcclId", "NewNcclSession",
-    "SaveConsensusModel", "StageSegment", "StageEpoch", "StageAdvisory", "Shutdown",
-    "ShutdownWithSave", "CoordHeartbeat", "JoinAccepted", "JoinRejected",
+    "Shutdown", "ShutdownWithSave", "CoordHeartbeat", "JoinAccepted", "JoinRejected",
     # timing and metrics
-    "Batch", "SyncAck", "Exiting", "LrUpdate", "Intent", "Heartbeat", "SnapshotReady",
-    "EvalResult", "CheckpointResult", "NewNcclIdGenerated", "EpochFnElapsed", "ResourceSample",
+    "Batch", "SyncAck", "Exiting", "LrUpdate", "Intent", "Heartbeat",
+    "EvalResult", "CheckpointResult", "NewNcclIdGenerated", "EpochFnElapsed",
     "JoinRequest", "SessionFailed", "MetricsMsg", "EpochMetrics", "ScalarSum", "ResourceUsage",
     # weights
     "BeginSync", "PublishGroup", "FreeGroup", "GroupsFreed", "EndSync", "SyncFailed", "HeldNames",
     "ReserveServeBuffer", "ServeBufferReserved", "PullRequest", "PullReply",
-    # rendezvous
-    "RendezvousHello", "RendezvousAssign", "RendezvousUid",
-    # runtime
-    "Hello", "Welcome", "Refused", "Register", "Unregister", "RegistryUpdate", "NodeHeartbeat",
-    "NodeExiting", "Watch", "Unwatch", "Down", "ErrorReply", "NodeInfo", "Ack", "AckEntry",
-    "AskFailed", "TimerFired",
+    # what the runtime tells an actor
+    "Down", "ErrorReply", "AskFailed", "TimerFired",
 ]
+_publish(globals(), __all__)

@@ -7,8 +7,10 @@ import signal
 import time
 
 from actorwire import messages as m
-from actorwire.actors import Actor, Context, GpuWorker, handler
+from actorwire.actors import Actor, Context, handler
+from actorwire.actors.control import GpuWorker
 from actorwire.actors.weights._consumer import ModelConsumer
+from actorwire.messages.reserved import StageAdvisory
 
 
 class Echo(Actor):
@@ -87,7 +89,7 @@ class Flooder(Actor):
 
 
 class Sink(Actor):
-    """Records every heartbeat's step count; ``SyncNow`` answers with them (as a StageAdvisory)."""
+    """Records every heartbeat's step count; ``SyncNow`` answers with them (as a StageAdvisory, a reserved kind with a list of counts)."""
 
     def __init__(self) -> None:
         self.seen: list[int] = []
@@ -98,7 +100,7 @@ class Sink(Actor):
 
     @handler
     def on_sync_now(self, msg: m.SyncNow, ctx: Context) -> None:
-        ctx.reply(m.StageAdvisory(counts=self.seen, epochs=[]))
+        ctx.reply(StageAdvisory(counts=self.seen, epochs=[]))
 
 
 class Roller(Actor):

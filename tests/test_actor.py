@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 from actorwire import messages as m
-from actorwire.actors import Actor, ActorHarness, Context, handler
+from actorwire.actors import Actor, Context, handler
+from actorwire.actors.testing import ActorHarness
 from actorwire.transport import UnknownActor
 
 

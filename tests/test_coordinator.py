@@ -7,8 +7,8 @@ import pathlib
 
 import pytest
 from actorwire import messages as m
-from actorwire.actors import ActorHarness
 from actorwire.actors.control._coordinator import FINAL_EVAL, Coordinator
+from actorwire.actors.testing import ActorHarness
 
 RUN = "run-1"
 

@@ -7,8 +7,9 @@ import pathlib
 
 import pytest
 from actorwire import messages as m
-from actorwire.actors import ActorHarness, ActorSystem
+from actorwire.actors import ActorSystem
 from actorwire.actors.control._coordinator import Coordinator
+from actorwire.actors.testing import ActorHarness
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 TESTS = str(pathlib.Path(__file__).parent)

@@ -5,7 +5,8 @@ from __future__ import annotations
 import threading
 
 import pytest
-from actorwire.transport import Mailbox, SystemClosed
+from actorwire.transport import SystemClosed
+from actorwire.transport._mailbox import Mailbox
 
 
 def test_fifo_and_nowait() -> None:

@@ -26,6 +26,7 @@ from actorwire.actors import (
     RuntimeConfig,
 )
 from actorwire.actors.runtime._launch import ChildSpec
+from actorwire.messages import runtime
 from actorwire.transport._endpoints import new_node_id
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
@@ -202,8 +203,8 @@ def test_garbage_frames_are_dropped_and_the_node_keeps_serving() -> None:
             sock.send(b"\x91" + b"\xff" * 5000)                         # over the size cap
             sock.send(msgspec.msgpack.encode([[1, 2], {"type": "x"}]))  # msgpack, wrong shape
             sock.send(valid)                                            # no hello yet: dropped
-            hello = m.Hello(protocol_version=m.PROTOCOL_VERSION, run_id=system.run_id,
-                            node=m.NodeInfo(node_id="intruder", endpoints=[]))
+            hello = runtime.Hello(protocol_version=m.PROTOCOL_VERSION, run_id=system.run_id,
+                            node=runtime.NodeInfo(node_id="intruder", endpoints=[]))
             node_env = m.Envelope(sender="intruder", target="", seq=0)
             sock.send(codec.join_records([codec.encode_record(node_env, hello)]))
             sock.send(valid)                                            # now accepted

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import pytest
-from actorwire.messages import DownReason, NodeInfo
-from actorwire.transport import Registry, RegistryError
+from actorwire.messages import DownReason
+from actorwire.messages.runtime import NodeInfo
+from actorwire.transport._registry import Registry, RegistryError
 
 ROOT = NodeInfo(node_id="root", endpoints=["ipc:///tmp/root"], host="h")
 A = NodeInfo(node_id="a", endpoints=["ipc:///tmp/a"], host="h")

@@ -50,7 +50,7 @@ def _lines(path: pathlib.Path) -> list[dict]:
 
 
 def run(system: ActorSystem, tmp_path: pathlib.Path, *, world: int, consumers: int, args: list[str],
-        consumer_target: str = "actorwire.actors.weights._consumer:ModelConsumer",
+        consumer_target: str = "actorwire.actors.weights:ModelConsumer",
         consumer_config: dict | None = None, device: str = "cpu") -> tuple[list, list]:
     trainers = [system.launch(TRAINER + [str(tmp_path), str(r), str(world), "--consumers", str(consumers), *args],
                               rank=r, env=ENV) for r in range(world)]
@@ -62,7 +62,7 @@ def run(system: ActorSystem, tmp_path: pathlib.Path, *, world: int, consumers: i
             config = {"consumer_id": cid, "plan": plan, "factory": FACTORY, **(consumer_config or {}).get(cid, {})}
             if device != "cpu":
                 config["device"] = device
-            target = consumer_target if (consumer_config or {}).get(cid) else "actorwire.actors.weights._consumer:ModelConsumer"
+            target = consumer_target if (consumer_config or {}).get(cid) else "actorwire.actors.weights:ModelConsumer"
             children.append(system.spawn_process({name: target}, config={name: config}, env=ENV, timeout=60))
         codes = [t.stop(timeout=90) for t in trainers]
         assert codes == [0] * world, f"trainer exit codes {codes}"

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import pytest
 import torch
-from actorwire.actors import ActorSystem, CommError, Coordinator, Worker, WorkerError
+from actorwire.actors import ActorSystem
+from actorwire.actors.control import Coordinator, Worker, WorkerError
 from actorwire.actors.weights._consumer import WeightConsumer
 from actorwire.actors.weights._plan import single_rank_plan, state_digest
+from actorwire.transport.comm import CommError
 
 
 def model() -> torch.nn.Module:

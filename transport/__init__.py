@@ -1,16 +1,21 @@
 """actorwire.transport: how bytes move.
 
-ZeroMQ sockets, addressing, liveness, security, recording taps and bulk
-tensor planes.  Imports ``actorwire.messages``, never ``actorwire.actors``.
+Nodes over ZeroMQ (addressing, delivery, liveness, security), the runtime's
+limits, the delivery errors, and the subpackages :mod:`.planes` (bulk
+tensors), :mod:`.comm` (collectives) and :mod:`.recording` (the on-disk
+format).  Imports ``actorwire.messages``, never ``actorwire.actors``.  The
+node itself is internal: actors reach it through ``actorwire.actors``.
 """
 
 from __future__ import annotations
 
+from actorwire.messages._public import publish as _publish
 from actorwire.transport._config import RuntimeConfig
 from actorwire.transport._errors import (
     ActorDead,
     AskTimeout,
     BackpressureTimeout,
+    ConfigError,
     DeliveryError,
     JoinRefused,
     RemoteError,
@@ -18,13 +23,13 @@ from actorwire.transport._errors import (
     UnknownActor,
     WouldBlock,
 )
-from actorwire.transport._log import configure_logging, get_logger
-from actorwire.transport._mailbox import Mailbox
-from actorwire.transport._node import BlockingReply, Node
-from actorwire.transport._registry import Registry, RegistryError
+from actorwire.transport._log import configure_logging
+from actorwire.transport._security import Security, SecurityError, keygen
+from actorwire.transport._settings import Settings
 
 __all__ = [
-    "configure_logging", "get_logger", "RuntimeConfig", "Mailbox", "Node", "BlockingReply", "Registry", "RegistryError",
+    "RuntimeConfig", "Settings", "Security", "keygen", "configure_logging",
     "DeliveryError", "UnknownActor", "ActorDead", "AskTimeout", "BackpressureTimeout", "WouldBlock",
-    "RemoteError", "SystemClosed", "JoinRefused",
+    "RemoteError", "SystemClosed", "JoinRefused", "ConfigError", "SecurityError",
 ]
+_publish(globals(), __all__)

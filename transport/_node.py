@@ -55,16 +55,18 @@ from typing import Any
 import zmq
 from actorwire.messages import (
     PROTOCOL_VERSION,
-    Ack,
-    AckEntry,
     Codec,
     DecodeError,
     DownReason,
     Envelope,
     ErrorCode,
     ErrorReply,
-    Hello,
     Message,
+)
+from actorwire.messages.runtime import (
+    Ack,
+    AckEntry,
+    Hello,
     NodeExiting,
     NodeHeartbeat,
     NodeInfo,

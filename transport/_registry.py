@@ -17,11 +17,12 @@ from __future__ import annotations
 
 import dataclasses
 
-from actorwire.messages import DownReason, NodeInfo, RegistryUpdate
+from actorwire.messages import DownReason, UsageError
+from actorwire.messages.runtime import NodeInfo, RegistryUpdate
 
 
-class RegistryError(Exception):
-    """A request the registry refuses; the text goes back to the requester."""
+class RegistryError(UsageError):
+    """A request the registry refuses (the requester asked for what it may not have); the text goes back to it."""
 
 
 @dataclasses.dataclass

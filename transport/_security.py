@@ -31,13 +31,14 @@ from typing import Any
 
 import zmq
 import zmq.utils.z85
+from actorwire.messages import UsageError
 from actorwire.transport._settings import settings
 
 ZAP_ENDPOINT = "inproc://zeromq.zap.01"
 ZAP_DOMAIN = "actorwire"
 
 
-class SecurityError(RuntimeError):
+class SecurityError(UsageError, RuntimeError):
     """tcp asked for without keys (or plain text off loopback), or unreadable keys."""
 
 

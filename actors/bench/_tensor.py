@@ -146,7 +146,7 @@ def run(sizes: list[str] | None = None, repeats: int = 3, progress: Any = sys.st
                                               _move_rate(frames_exporter, src, child, repeats), "GB/s", base))
             finally:
                 frames_exporter.close()
-            del src, dst
+            src = dst = None  # free this size before the next one is allocated
         if torch.cuda.is_available():
             results += _cuda(child, sizes or list(SIZES), repeats)
         results += _publish_group64()
@@ -187,7 +187,7 @@ def _cuda(child: _Child, sizes: list[str], repeats: int) -> list[Result]:
         # tensor, against a copy inside one process; export and open are reported apart.
         out.append(Result.against(f"tensor.cuda_ipc.{label}", nbytes / _best(ipc, repeats) / 1e9, "GB/s", base,
                                   ">= 0.9 of device copy at 1GiB" if label == "1GiB" else ""))
-        del src, dst
+        src = dst = None  # free this size before the next one is allocated
     out.append(Result.against("tensor.cuda_ipc.export", statistics.median(export_times) * 1e3, "ms", None))
     out.append(Result.against("tensor.cuda_ipc.open", statistics.median(open_times) * 1e3, "ms", None))
     return out

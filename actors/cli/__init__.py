@@ -1,1 +1,1 @@
-"""actors/cli."""
+"""The ``actorwire`` command: argparse wiring in ``_main``, one module per command family."""

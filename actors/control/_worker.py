@@ -73,7 +73,7 @@ from actorwire.messages import (
     SyncAck,
     SyncNow,
 )
-from actorwire.transport import get_logger
+from actorwire.transport._log import get_logger
 from actorwire.transport._settings import settings
 from actorwire.transport.comm import CommError, Communicator, GlooCommunicator
 

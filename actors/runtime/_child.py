@@ -11,7 +11,7 @@ import sys
 import msgspec
 from actorwire.actors.runtime._launch import ChildSpec, load_actor, set_process_title
 from actorwire.actors.runtime._system import ActorSystem
-from actorwire.transport import get_logger
+from actorwire.transport._log import get_logger
 
 
 def main(argv: list[str]) -> int:

@@ -20,9 +20,9 @@ from typing import Any
 
 import msgspec
 from actorwire.actors.runtime._actor import Actor
-from actorwire.transport import get_logger
 from actorwire.transport._endpoints import new_node_id
 from actorwire.transport._errors import ConfigError
+from actorwire.transport._log import get_logger
 from actorwire.transport._settings import Settings, settings
 
 

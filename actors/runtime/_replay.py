@@ -23,7 +23,7 @@ import msgspec
 from actorwire.actors.runtime._actor import Actor
 from actorwire.actors.runtime._context import Context
 from actorwire.actors.runtime._launch import ActorSpec, load_actor
-from actorwire.actors.testing import FakeContext, Sent
+from actorwire.actors.runtime._testkit import FakeContext, Sent
 from actorwire.messages import Message
 from actorwire.transport.recording import (
     Begin,

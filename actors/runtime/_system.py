@@ -34,15 +34,14 @@ from actorwire.messages import (
 from actorwire.transport import (
     ActorDead,
     AskTimeout,
-    BlockingReply,
-    Mailbox,
-    Node,
     RemoteError,
     RuntimeConfig,
     SystemClosed,
     UnknownActor,
-    get_logger,
 )
+from actorwire.transport._log import get_logger
+from actorwire.transport._mailbox import Mailbox
+from actorwire.transport._node import BlockingReply, Node
 from actorwire.transport._security import Security
 
 R = TypeVar("R", bound=Message)

@@ -46,7 +46,7 @@ from actorwire.messages import (
     PublishGroup,
     SyncFailed,
 )
-from actorwire.transport import get_logger
+from actorwire.transport._log import get_logger
 from actorwire.transport.planes import _local
 
 if TYPE_CHECKING:

@@ -14,8 +14,8 @@ import sys
 import time
 
 import torch
-
-from actorwire.actors import GlooCommunicator, Worker
+from actorwire.actors.control import Worker
+from actorwire.transport.comm import GlooCommunicator
 
 
 def main() -> int:

@@ -7,6 +7,7 @@ of a group travels on the bus; this package never opens a side channel.
 
 from __future__ import annotations
 
+from actorwire.messages._public import publish as _publish
 from actorwire.transport.comm._gloo import GlooCommunicator
 from actorwire.transport.comm._nccl import NcclCommunicator
 from actorwire.transport.comm._nccl_lib import find_nccl
@@ -21,3 +22,4 @@ __all__ = [
     "Communicator", "CommError", "CommTimeout", "CommUnhealthy", "GlooCommunicator", "NcclCommunicator",
     "find_nccl",
 ]
+_publish(globals(), __all__)

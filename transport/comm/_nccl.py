@@ -35,7 +35,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from actorwire.transport import get_logger
+from actorwire.transport._log import get_logger
 from actorwire.transport._settings import settings
 from actorwire.transport.comm._nccl_lib import (
     DTYPES,

@@ -9,6 +9,7 @@ Every layout and ``TensorRef`` is built by ``_layout``.
 
 from __future__ import annotations
 
+from actorwire.messages._public import publish as _publish
 from actorwire.transport.planes._choose import choose_plane
 from actorwire.transport.planes._cuda_ipc import CudaIpcExporter, CudaIpcImporter
 from actorwire.transport.planes._frames import FramesExporter, FramesImporter
@@ -19,3 +20,4 @@ __all__ = [
     "choose_plane", "ShmExporter", "ShmImporter", "CudaIpcExporter", "CudaIpcImporter", "FramesExporter",
     "FramesImporter", "ServeRing", "TensorImporter",
 ]
+_publish(globals(), __all__)

@@ -1,0 +1,251 @@
+"""Drive one actor with a virtual clock: no threads, no sockets, no sleeps.
+
+The harness implements :class:`Context` by *recording* effects instead of
+performing them, and by keeping time itself.  Protocol tests feed messages
+in, move the clock, and assert on what came out::
+
+    h = ActorHarness(Coordinator(...), name="coordinator")
+    h.deliver(JoinRequest(rank=0, ...), sender="worker/0")
+    h.advance(3.5)                       # due timers fire, in order
+    assert h.sent_to("worker/0") == [StartEpoch(...)]
+
+The replay harness builds on the same context.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import fnmatch
+import heapq
+import itertools
+import random
+from collections.abc import Iterable
+from typing import Any
+
+from actorwire.actors.runtime._actor import Actor
+from actorwire.actors.runtime._context import Context
+from actorwire.messages import (
+    AskFailed,
+    Down,
+    DownReason,
+    Envelope,
+    ErrorCode,
+    Message,
+    TimerFired,
+)
+from actorwire.transport._errors import UnknownActor
+from actorwire.transport._log import get_logger
+
+
+@dataclasses.dataclass(frozen=True)
+class Sent:
+    """One message the actor sent (``kind`` is tell, ask, reply)."""
+
+    target: str
+    message: Message
+    kind: str = "tell"
+    correlation_id: int = 0
+
+
+class FakeContext(Context):
+    """A context with a virtual clock that records every effect."""
+
+    def __init__(self, name: str, *, now: float = 0.0, seed: int = 0, names: Iterable[str] = (),
+                 wall_offset: float = 1.7e9) -> None:
+        self.name = name
+        self.clock = now
+        self.wall_offset = wall_offset
+        self.random = random.Random(seed)
+        self.log = get_logger(actor=name, harness=True)
+        self.envelope = None
+        self.known: set[str] = set(names) | {name}
+        self.outbox: list[Sent] = []
+        self.timers: dict[str, tuple[float, float, int]] = {}  # key -> (due, period, count)
+        self.watched: set[str] = set()
+        self.stopped = False
+        self._corr = itertools.count(1)
+        self.pending_asks: dict[int, tuple[str, str, float]] = {}  # corr -> (target, kind, deadline)
+
+    def now(self) -> float:
+        return self.clock
+
+    def wall(self) -> float:
+        return self.clock + self.wall_offset
+
+    def _check(self, target: str) -> None:
+        if target not in self.known:
+            raise UnknownActor(target, self.known)
+
+    def tell(self, target: str, message: Message, *, timeout: float | None = None) -> None:
+        self._check(target)
+        self.outbox.append(Sent(target, message))
+
+    def ask(self, target: str, message: Message, *, timeout: float | None = None) -> int:
+        self._check(target)
+        corr = next(self._corr)
+        self.pending_asks[corr] = (target, type(message).wire_tag(), self.clock + (30.0 if timeout is None else timeout))
+        self.outbox.append(Sent(target, message, "ask", corr))
+        return corr
+
+    def reply(self, message: Message) -> None:
+        envelope = self.envelope
+        if envelope is None or not envelope.correlation_id or envelope.is_reply:
+            raise RuntimeError(f"{self.name}: reply() outside the handling of an ask")
+        self.outbox.append(Sent(envelope.sender, message, "reply", envelope.correlation_id))
+
+    def names(self) -> list[str]:
+        return sorted(self.known)
+
+    def broadcast(self, group: str | Iterable[str], message: Message) -> list[str]:
+        if isinstance(group, str):
+            targets = sorted(n for n in self.known if fnmatch.fnmatchcase(n, group) and n != self.name)
+        else:
+            targets = list(group)
+        for target in targets:
+            self.tell(target, message)
+        return targets
+
+    def start_timer(self, key: str, delay: float, *, periodic: bool = False) -> None:
+        if delay < 0 or (periodic and delay == 0):
+            raise ValueError(f"timer {key!r}: bad delay {delay}")
+        self.timers[key] = (self.clock + delay, delay if periodic else 0.0, 1)
+
+    def cancel_timer(self, key: str) -> None:
+        self.timers.pop(key, None)
+
+    def watch(self, name: str) -> None:
+        self._check(name)
+        self.watched.add(name)
+
+    def unwatch(self, name: str) -> None:
+        self.watched.discard(name)
+
+    def stop(self) -> None:
+        self.stopped = True
+
+
+class ActorHarness:
+    """One actor, a :class:`FakeContext` and a virtual clock."""
+
+    def __init__(self, actor: Actor, *, name: str = "actor", now: float = 0.0, seed: int = 0,
+                 peers: Iterable[str] = ()) -> None:
+        self.actor = actor
+        self.ctx = FakeContext(name, now=now, seed=seed, names=peers)
+        self._seq = itertools.count(1)
+        self.started = False
+
+    # -- inputs -------------------------------------------------------------
+
+    def add_peers(self, *names: str) -> None:
+        self.ctx.known.update(names)
+
+    def start(self) -> list[Sent]:
+        mark = len(self.ctx.outbox)
+        self.actor.on_start(self.ctx)
+        self.started = True
+        return self.ctx.outbox[mark:]
+
+    def deliver(self, message: Message, *, sender: str = "peer", correlation_id: int = 0,
+                is_reply: bool = False) -> list[Sent]:
+        """Run the handler for ``message``; returns what it sent."""
+        if not self.started:
+            self.start()
+        self.ctx.known.add(sender)
+        envelope = Envelope(sender=sender, target=self.ctx.name, seq=next(self._seq),
+                            correlation_id=correlation_id, is_reply=is_reply,
+                            mono_ns=int(self.ctx.clock * 1e9), wall_ns=int(self.ctx.wall() * 1e9))
+        if is_reply:
+            self.ctx.pending_asks.pop(correlation_id, None)
+        return self._run(envelope, message)
+
+    def ask(self, message: Message, *, sender: str = "peer") -> Message | None:
+        """Deliver ``message`` as an ask; the actor's reply, or None if it did not reply."""
+        corr = 10**9 + next(self._seq)
+        sent = self.deliver(message, sender=sender, correlation_id=corr)
+        replies = [s.message for s in sent if s.kind == "reply" and s.correlation_id == corr]
+        return replies[0] if replies else None
+
+    def reply_to(self, sent: Sent, message: Message) -> list[Sent]:
+        """Answer one of the actor's asks."""
+        return self.deliver(message, sender=sent.target, correlation_id=sent.correlation_id, is_reply=True)
+
+    def down(self, name: str, reason: DownReason = DownReason.DEAD, detail: str = "") -> list[Sent]:
+        """``name`` went down: the actor gets ``Down`` if it watched it; asks to it fail."""
+        out: list[Sent] = []
+        self.ctx.known.discard(name)
+        for corr, (target, kind, _) in sorted(self.ctx.pending_asks.items()):
+            if target == name:
+                out += self._fail_ask(corr, f"actor {name!r} is {reason.value}", ErrorCode.TARGET_DEAD)
+        if name in self.ctx.watched:
+            self.ctx.watched.discard(name)
+            out += self.deliver(Down(name=name, reason=reason, detail=detail), sender=name)
+        return out
+
+    def advance(self, seconds: float) -> list[Sent]:
+        """Move the clock; fire due timers and expire asks in time order."""
+        if seconds < 0:
+            raise ValueError("time only moves forward")
+        if not self.started:
+            self.start()
+        end = self.ctx.clock + seconds
+        out: list[Sent] = []
+        while True:
+            events: list[tuple[float, int, str, Any]] = []
+            for key, (due, _, _) in self.ctx.timers.items():
+                if due <= end:
+                    heapq.heappush(events, (due, 0, "timer", key))
+            for corr, (_, _, deadline) in self.ctx.pending_asks.items():
+                if deadline <= end:
+                    heapq.heappush(events, (deadline, 1, "ask", corr))
+            if not events:
+                break
+            due, _, what, key = events[0]
+            self.ctx.clock = max(self.ctx.clock, due)
+            if what == "timer":
+                _, period, count = self.ctx.timers[key]
+                if period:
+                    self.ctx.timers[key] = (due + period, period, count + 1)
+                else:
+                    del self.ctx.timers[key]
+                out += self.deliver(TimerFired(key=key, count=count), sender=self.ctx.name)
+            else:
+                target, kind, _ = self.ctx.pending_asks[key]
+                out += self._fail_ask(key, f"no reply from {target!r} to `{kind}`", ErrorCode.TIMEOUT)
+            if self.ctx.stopped:
+                break
+        self.ctx.clock = max(self.ctx.clock, end)
+        return out
+
+    # -- outputs ------------------------------------------------------------
+
+    @property
+    def outbox(self) -> list[Sent]:
+        return self.ctx.outbox
+
+    def sent_to(self, target: str) -> list[Message]:
+        return [s.message for s in self.ctx.outbox if s.target == target]
+
+    def take(self) -> list[Sent]:
+        """Everything sent so far, clearing the outbox."""
+        out, self.ctx.outbox = self.ctx.outbox, []
+        return out
+
+    # -- internals ----------------------------------------------------------
+
+    def _fail_ask(self, corr: int, reason: str, code: ErrorCode) -> list[Sent]:
+        target, kind, _ = self.ctx.pending_asks.pop(corr)
+        failed = AskFailed(correlation_id=corr, target=target, request_kind=kind, reason=reason, code=code)
+        return self.deliver(failed, sender=target, correlation_id=corr, is_reply=True)
+
+    def _run(self, envelope: Envelope, message: Message) -> list[Sent]:
+        mark = len(self.ctx.outbox)
+        self.ctx.envelope = envelope
+        name = self.actor.handler_for(type(message))
+        try:
+            if name is None:
+                self.actor.on_unhandled(message, self.ctx)
+            else:
+                getattr(self.actor, name)(message, self.ctx)
+        finally:
+            self.ctx.envelope = None
+        return self.ctx.outbox[mark:]
