@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 # CPU build of torch for the test environment; the GPU machine brings its own.
 TORCH_SPEC ?= torch==2.13.0
 
-.PHONY: venv test test-gpu demo bench clean
+.PHONY: venv lint test test-gpu demo bench clean
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -16,7 +16,12 @@ $(VENV)/.installed: pyproject.toml
 
 venv: $(VENV)/.installed
 
-test: venv
+# ruff (a small rule set, in pyproject.toml) and mypy against a baseline that may only shrink.
+lint: venv
+	$(VENV)/bin/ruff check actors transport messages tests examples
+	$(PY) .ci/typecheck.py
+
+test: lint
 	$(PY) -m pytest -m "not gpu and not multigpu" $(PYTEST_ARGS)
 
 test-gpu: venv

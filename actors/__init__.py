@@ -12,14 +12,10 @@ from __future__ import annotations
 
 from actorwire.actors.runtime._actor import Actor, handler
 from actorwire.actors.runtime._context import Context
+from actorwire.actors.runtime._inbox import Inbox, Received
 from actorwire.actors.runtime._launch import ActorSpec, ChildProcess, attach
 from actorwire.actors.runtime._replay import ReplayReport, replay
-from actorwire.actors.runtime._system import (
-    ActorSystem,
-    Inbox,
-    Received,
-    UnexpectedReply,
-)
+from actorwire.actors.runtime._system import ActorSystem, UnexpectedReply
 from actorwire.messages import ActorwireError
 from actorwire.messages._public import publish as _publish
 from actorwire.transport import (

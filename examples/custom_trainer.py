@@ -16,6 +16,7 @@ import sys
 import time
 
 import torch
+
 from actorwire import messages as m
 from actorwire.actors import ActorSystem  # actorwire
 from actorwire.actors.control import Coordinator, Worker

@@ -15,6 +15,7 @@ import pathlib
 import sys
 
 import torch
+
 from actorwire.actors import ActorSystem
 from actorwire.actors.weights import ModuleSource, WeightSender, state_digest
 

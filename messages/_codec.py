@@ -29,7 +29,8 @@ from ._errors import (
     UnknownMessage,
 )
 
-#: Default cap on one message (envelope plus body), as in seed 000's control channel.
+#: Default cap on one message (envelope plus body): control messages are small, and a
+#: peer may not make us allocate more than this before we read its frame.
 DEFAULT_MAX_MESSAGE_SIZE = 16 * 1024 * 1024
 
 Buffer = Union[bytes, bytearray, memoryview]

@@ -1,4 +1,4 @@
-"""ControlMsg: what the coordinator tells GPU workers (seed 000, coordinator -> rank)."""
+"""ControlMsg: what the coordinator tells GPU workers (coordinator -> rank)."""
 
 from __future__ import annotations
 

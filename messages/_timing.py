@@ -1,4 +1,4 @@
-"""TimingMsg: what GPU workers tell the coordinator (seed 000, rank -> coordinator).
+"""TimingMsg: what GPU workers tell the coordinator (rank -> coordinator).
 
 Any of these refreshes the sending rank's liveness stamp on the coordinator.
 """

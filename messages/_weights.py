@@ -1,4 +1,4 @@
-"""The weight-transfer family (seed 002): producers publish groups, consumers pull and free them.
+"""The weight-transfer family: producers publish groups, consumers pull and free them.
 
 One sync, seen from a producer: ``BeginSync`` names the live consumers; the
 trainer publishes groups (``PublishGroup``); each live consumer pulls what it

@@ -14,6 +14,7 @@ import threading
 from typing import Any
 
 import torch
+
 from actorwire.transport.comm._nccl import IN_PROGRESS, SUCCESS
 
 REDUCE = {0: lambda ts: torch.stack(ts).sum(0), 1: lambda ts: torch.stack(ts).prod(0),

@@ -14,6 +14,7 @@ import time
 
 import torch
 import torch.distributed as dist
+
 from actorwire.actors.bench._nccl import local_rank_over_pipe
 
 

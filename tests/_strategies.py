@@ -7,8 +7,9 @@ import types
 import typing
 
 import msgspec
-from actorwire import messages
 from hypothesis import strategies as st
+
+from actorwire import messages
 
 _INT64 = 2**63 - 1
 

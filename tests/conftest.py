@@ -11,9 +11,10 @@ from collections.abc import Callable, Iterator
 
 import pytest
 import structlog
+from hypothesis import HealthCheck, settings
+
 from actorwire.transport import _log
 from actorwire.transport._settings import reload_settings
-from hypothesis import HealthCheck, settings
 
 settings.register_profile(
     "ci", max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow]

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from actorwire import messages as m
 from actorwire.actors import Actor, Context, handler
 from actorwire.actors.testing import ActorHarness

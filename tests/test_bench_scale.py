@@ -5,6 +5,7 @@ from __future__ import annotations
 import io
 
 import pytest
+
 from actorwire.actors.bench import _scale as _bench_scale
 
 

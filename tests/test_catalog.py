@@ -4,8 +4,10 @@ from __future__ import annotations
 
 import ast
 import pathlib
+import re
 
 import msgspec
+
 from actorwire import messages, transport
 from actorwire import messages as m
 
@@ -140,3 +142,14 @@ def test_wire_protocol_doc_lists_the_catalog() -> None:
         assert row in table, f"docs/wire-protocol.md is missing {info.name}"
         for f in info.fields:
             assert f"`{f.name}`: {f.type}".replace("|", "&#124;") in table, (info.name, f.name)
+
+
+def test_wire_protocol_doc_lists_the_reserved_kinds() -> None:
+    from actorwire.messages import reserved
+
+    doc = (pathlib.Path(__file__).parent.parent / "docs" / "wire-protocol.md").read_text()
+    listed = doc.split("<!-- reserved:begin -->")[1].split("<!-- reserved:end -->")[0]
+    tags = {getattr(reserved, n).__struct_config__.tag for n in reserved.__all__
+            if isinstance(getattr(reserved, n), type) and issubclass(getattr(reserved, n), msgspec.Struct)
+            and getattr(reserved, n).__struct_config__.tag}
+    assert set(re.findall(r"`([a-z_]+)`", listed)) == tags

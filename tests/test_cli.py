@@ -7,6 +7,7 @@ import subprocess
 import sys
 
 import pytest
+
 from actorwire import __version__
 from actorwire.actors.cli._main import main
 

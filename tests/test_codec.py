@@ -5,9 +5,10 @@ from __future__ import annotations
 import msgspec
 import pytest
 from _strategies import any_message, struct_of
-from actorwire import messages as m
 from hypothesis import example, given
 from hypothesis import strategies as st
+
+from actorwire import messages as m
 
 ENV = m.Envelope(sender="worker/3", target="coordinator", seq=7)
 

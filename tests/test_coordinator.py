@@ -1,4 +1,4 @@
-"""The coordinator's rules, on a virtual clock (seed 000's control plane and its failure modes)."""
+"""The coordinator's rules, on a virtual clock (the control plane and its failure modes)."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import json
 import pathlib
 
 import pytest
+
 from actorwire import messages as m
 from actorwire.actors.control._coordinator import FINAL_EVAL, Coordinator
 from actorwire.actors.testing import ActorHarness
@@ -417,6 +418,7 @@ def test_config_is_validated() -> None:
 @pytest.mark.timeout(60)
 def test_a_live_run_ends_cleanly_and_the_coordinator_replays_exactly(tmp_path: pathlib.Path) -> None:
     from _actors import ScriptedWorker
+
     from actorwire.actors import ActorSystem
     from actorwire.actors.runtime._replay import replay
 

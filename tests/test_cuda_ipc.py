@@ -8,13 +8,14 @@ import warnings
 
 import msgspec
 import pytest
+from conftest import stop_process
+
 from actorwire.messages import Plane, TensorRef
 from actorwire.transport.planes._cuda_ipc import (
     CudaIpcExporter,
     CudaIpcImporter,
     expandable_segments_on,
 )
-from conftest import stop_process
 
 CONSUMER = """
 import sys, msgspec, torch

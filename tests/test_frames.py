@@ -5,6 +5,7 @@ from __future__ import annotations
 import msgspec
 import pytest
 import torch
+
 from actorwire.messages import Plane, TensorRef
 from actorwire.transport.planes._frames import (
     FramesExporter,

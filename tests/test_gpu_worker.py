@@ -6,6 +6,7 @@ import os
 import pathlib
 
 import pytest
+
 from actorwire import messages as m
 from actorwire.actors import ActorSystem
 from actorwire.actors.control._coordinator import Coordinator

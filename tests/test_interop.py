@@ -5,8 +5,9 @@ from __future__ import annotations
 import msgpack
 import pytest
 from _strategies import any_message
-from actorwire import messages as m
 from hypothesis import given
+
+from actorwire import messages as m
 
 
 def test_body_is_a_map_with_a_type_key() -> None:

@@ -6,6 +6,7 @@ import pathlib
 
 import msgspec
 import pytest
+
 from actorwire import messages as m
 from actorwire.transport.recording import (
     INDEX_EVERY,

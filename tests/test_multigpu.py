@@ -92,6 +92,7 @@ def test_cuda_ipc_between_processes_on_different_gpus() -> None:
     )
     import msgspec
     import torch
+
     from actorwire.transport.planes._cuda_ipc import CudaIpcExporter
 
     w = torch.arange(1 << 20, dtype=torch.float32, device="cuda:0")

@@ -9,6 +9,7 @@ import subprocess
 import sys
 
 import pytest
+
 from actorwire.actors.runtime._launch import LaunchEnv, first_host, launch_env
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent

@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator
 import msgspec
 import pytest
 import zmq
+
 from actorwire import messages as m
 from actorwire.actors import (
     ActorDead,

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 import torch
 from _fake_nccl import Fabric, FakeNccl
+
 from actorwire.transport.comm import (
     CommError,
     CommTimeout,
@@ -74,7 +75,7 @@ def test_every_collective_matches_torch() -> None:
     for op, expect in [("sum", sum(xs)), ("max", torch.stack(xs).amax(0)), ("avg", sum(xs) / 3),
                        ("prod", xs[0] * xs[1] * xs[2]), ("min", torch.stack(xs).amin(0))]:
         ts = [x.clone() for x in xs]
-        on_ranks([lambda c=c, t=t: c.all_reduce(t, op) for c, t in zip(cs, ts)])
+        on_ranks([lambda c=c, t=t, op=op: c.all_reduce(t, op) for c, t in zip(cs, ts)])
         assert all(torch.equal(t, expect) for t in ts), op
     ts = [x.clone() for x in xs]
     on_ranks([lambda c=c, t=t: c.broadcast(t, root=2) for c, t in zip(cs, ts)])

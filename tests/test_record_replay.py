@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 from _actors import Echo, Roller
+
 from actorwire import messages as m
 from actorwire.actors import ActorSystem, Context, handler
 from actorwire.actors.cli._log import Where, WhereError, collect_stats, perfetto_trace

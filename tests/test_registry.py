@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+
 from actorwire.messages import DownReason
 from actorwire.messages.runtime import NodeInfo
 from actorwire.transport._registry import Registry, RegistryError

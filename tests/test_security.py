@@ -10,6 +10,7 @@ from collections.abc import Callable
 import pytest
 import structlog.testing
 from _actors import Echo
+
 from actorwire import messages as m
 from actorwire.actors import ActorSystem
 from actorwire.transport import JoinRefused, RuntimeConfig

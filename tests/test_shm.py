@@ -11,10 +11,11 @@ import sys
 import msgspec
 import pytest
 import torch
+from conftest import stop_process
+
 from actorwire.messages import Plane, TensorRef
 from actorwire.transport.planes._choose import choose_plane
 from actorwire.transport.planes._shm import ShmExporter, ShmImporter
-from conftest import stop_process
 
 
 def test_group_is_packed_aligned_into_one_slot_and_read_back() -> None:

@@ -8,6 +8,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 from _actors import Echo
+
 from actorwire import messages as m
 from actorwire.actors import (
     Actor,

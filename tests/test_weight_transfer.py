@@ -16,9 +16,10 @@ from collections.abc import Iterator
 
 import msgspec
 import pytest
+from test_multiprocess import ENV, no_leaks  # noqa: F401  (the fixture)
+
 from actorwire.actors import ActorSystem
 from actorwire.transport import RuntimeConfig
-from test_multiprocess import ENV, no_leaks  # noqa: F401  (the fixture)
 
 TESTS = str(pathlib.Path(__file__).parent)
 TRAINER = [sys.executable, os.path.join(TESTS, "_weight_trainer.py")]

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+
 from actorwire import messages as m
 from actorwire.actors.testing import ActorHarness
 from actorwire.actors.weights._consumer import WeightConsumer

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+
 from actorwire.actors import ActorSystem
 from actorwire.actors.control import Coordinator, Worker, WorkerError
 from actorwire.actors.weights._consumer import WeightConsumer

@@ -7,6 +7,7 @@ so a slow CI machine or a debugger session stretches all of them together.
 from __future__ import annotations
 
 import msgspec
+
 from actorwire.messages import DEFAULT_MAX_MESSAGE_SIZE
 from actorwire.transport._settings import settings
 

@@ -85,3 +85,23 @@ class JoinRefused(ActorwireError):
 
 class ConfigError(UsageError, ValueError):
     """A setting (an ``ACTORWIRE_*`` variable or a config field) has a value it cannot take."""
+
+
+class InvalidArgument(UsageError, ValueError):
+    """An argument the call cannot take (a name already in use, an endpoint that cannot be reached)."""
+
+
+class WrongType(UsageError, TypeError):
+    """An argument of the wrong type (``spawn()`` of something that is not an Actor)."""
+
+
+class NotAnAsk(UsageError, RuntimeError):
+    """``reply()`` outside the handling of an ask, or to a message that was not one."""
+
+
+class WaitTimeout(ActorwireError, TimeoutError):
+    """Something this process waited for (the root's answer, an actor's registration) did not come in time."""
+
+
+class ChildFailed(ActorwireError, RuntimeError):
+    """A child process exited before its actors registered."""

@@ -53,6 +53,7 @@ from collections.abc import Callable
 from typing import Any
 
 import zmq
+
 from actorwire.messages import (
     PROTOCOL_VERSION,
     Codec,
@@ -89,10 +90,12 @@ from actorwire.transport._errors import (
     ActorDead,
     AskTimeout,
     BackpressureTimeout,
+    InvalidArgument,
     JoinRefused,
     RemoteError,
     SystemClosed,
     UnknownActor,
+    WaitTimeout,
     WouldBlock,
 )
 from actorwire.transport._log import get_logger
@@ -314,7 +317,7 @@ class Node:
                 self._connect_root()
             except zmq.ZMQError as exc:
                 self._close_sockets()
-                raise ValueError(f"cannot connect to the root at {root_endpoint!r}: {exc}") from None
+                raise InvalidArgument(f"cannot connect to the root at {root_endpoint!r}: {exc}") from None
 
     def _new_router(self) -> zmq.Socket:
         sock = self._ctx.socket(zmq.ROUTER)
@@ -348,7 +351,7 @@ class Node:
             return
         if not self._joined.wait(self.config.scaled(timeout)):
             self.close()
-            raise TimeoutError(f"no answer from the root at {self.root_endpoint} within "
+            raise WaitTimeout(f"no answer from the root at {self.root_endpoint} within "
                                f"{self.config.scaled(timeout):g} s")
         if self._join_error is not None:
             self.close()
@@ -396,7 +399,7 @@ class Node:
         if self._closing:
             raise SystemClosed("the actor system is closing")
         if name in self._local:
-            raise ValueError(f"an actor named {name!r} already runs in this process")
+            raise InvalidArgument(f"an actor named {name!r} already runs in this process")
         self._local[name] = deliver
         if deliver_many is not None:
             self._bulk[name] = deliver_many
@@ -425,6 +428,10 @@ class Node:
             raise ActorDead(name, gone[0], gone[1])
         raise UnknownActor(name, self._routes)
 
+    def last_seq(self, sender: str) -> int:
+        """The sequence number of the last message ``sender`` sent (0 before its first)."""
+        return self._seq.get(sender, 0)
+
     def names(self) -> list[str]:
         return sorted(set(self._routes) | set(self._local))
 
@@ -433,7 +440,7 @@ class Node:
         deadline = time.monotonic() + self.config.scaled(timeout)
         while name not in self._routes and name not in self._local:
             if time.monotonic() > deadline:
-                raise TimeoutError(f"actor {name!r} did not appear within {timeout:g} s")
+                raise WaitTimeout(f"actor {name!r} did not appear within {timeout:g} s")
             time.sleep(0.002)
 
     def report_process_exit(self, node_id: str, returncode: int) -> None:
@@ -576,11 +583,6 @@ class Node:
         if (first or self._handled_count >= _ACK_EVERY) and self._idle:
             self._idle = False
             self._wake()
-
-    def unhandled(self, sender: str, target: str) -> int:
-        """Messages from ``sender`` to a remote ``target`` not yet handled there."""
-        pair = self._pairs.get((sender, target))
-        return 0 if pair is None else pair.sent - pair.handled
 
     # -- sending helpers ------------------------------------------------
 
@@ -1089,7 +1091,7 @@ class Node:
             self._routes[name] = node_id
             self._gone.pop(name, None)
             if old is not None and old != node_id:
-                for (sender, target), pair in list(self._pairs.items()):
+                for sender, target in list(self._pairs):
                     if target == name:
                         self._rehome(sender, target, node_id)
         for name in update.removed:

@@ -31,6 +31,7 @@ from typing import Any
 
 import zmq
 import zmq.utils.z85
+
 from actorwire.messages import UsageError
 from actorwire.transport._settings import settings
 

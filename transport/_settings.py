@@ -18,6 +18,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import msgspec
+
 from actorwire.transport._errors import ConfigError
 
 PREFIX = "ACTORWIRE_"

@@ -23,6 +23,7 @@ import time
 from typing import Any
 
 import zmq
+
 from actorwire import messages as m
 from actorwire.actors.bench._harness import Result
 from actorwire.actors.runtime._actor import Actor, handler

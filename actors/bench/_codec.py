@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import sys
+from typing import Any
 
 from actorwire import messages
 from actorwire.actors.bench._harness import Result, rate
@@ -66,11 +67,11 @@ def run(kinds: list[str] | None = None, progress=sys.stderr) -> list[Result]:
         data = codec.encode_message(msg)
         enc, dec = codec.encode_message, codec.decode_message
 
-        def encode(n: int) -> None:
+        def encode(n: int, enc: Any = enc, msg: Any = msg) -> None:
             for _ in range(n):
                 enc(msg)
 
-        def decode(n: int) -> None:
+        def decode(n: int, dec: Any = dec, data: Any = data) -> None:
             for _ in range(n):
                 dec(data)
 

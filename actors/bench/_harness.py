@@ -20,6 +20,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import msgspec
+
 from actorwire import __version__
 
 

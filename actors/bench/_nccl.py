@@ -51,6 +51,7 @@ def local_rank_over_pipe(rank: int, world: int, *, timeout_s: float) -> Any:
     the others' stdin.  For benchmarks and tests on one machine; runs use the bus.
     """
     import torch
+
     from actorwire.transport.comm import NcclCommunicator
 
     torch.cuda.set_device(rank)
@@ -75,11 +76,11 @@ def _rank(rank: int, world: int, port: int) -> None:
     for nbytes in SIZES:
         x = torch.ones(nbytes // 4, dtype=torch.float32, device="cuda")
         # Ours waits for completion inside each call (the deadline is polled); torch's is enqueued.
-        ours = _time(lambda: comm.all_reduce(x, wait=False), nbytes)
-        ref = _time(lambda: dist.all_reduce(x), nbytes)
+        ours = _time(lambda x=x: comm.all_reduce(x, wait=False), nbytes)
+        ref = _time(lambda x=x: dist.all_reduce(x), nbytes)
         if rank == 0:
             print(json.dumps({"bytes": nbytes, "ours": ours, "torch": ref}), flush=True)
-        x = None  # free this size before the next one is allocated
+        del x  # free this size before the next one is allocated
     dist.destroy_process_group()
     comm.close()
 

@@ -34,6 +34,7 @@ import time
 from typing import Any
 
 from actorwire import messages as m
+from actorwire.actors import _names
 from actorwire.actors.bench._harness import Result
 
 RATE_HZ = 10.0
@@ -44,7 +45,7 @@ def _simulate(first: int, count: int, world: int, run_id: str, batches: int) -> 
     from actorwire.actors.runtime._launch import attach
 
     system = attach()
-    boxes = {r: system.inbox(f"worker/{r}") for r in range(first, first + count)}
+    boxes = {r: system.inbox(_names.worker(r)) for r in range(first, first + count)}
     for r, box in boxes.items():
         reply = box.ask("coordinator", m.JoinRequest(rank=r, world_size=world, run_id=run_id, model_signature="s"),
                         timeout=120)

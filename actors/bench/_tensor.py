@@ -24,6 +24,7 @@ import time
 from typing import Any
 
 import msgspec
+
 from actorwire import messages as m
 from actorwire.actors.bench._harness import Result
 
@@ -33,6 +34,7 @@ SIZES = {"64MiB": 64 << 20, "1GiB": 1 << 30}
 def _consumer() -> None:
     """Child: for each line (hex msgpack of a name->TensorRef map) open, copy out, answer."""
     import torch
+
     from actorwire.transport.planes._cuda_ipc import CudaIpcImporter
     from actorwire.transport.planes._frames import FramesImporter
     from actorwire.transport.planes._shm import ShmImporter
@@ -120,6 +122,7 @@ def _move_rate(exporter: Any, src: Any, child: _Child, repeats: int) -> float:
 
 def run(sizes: list[str] | None = None, repeats: int = 3, progress: Any = sys.stderr) -> list[Result]:
     import torch
+
     from actorwire.transport.planes._frames import FramesExporter
     from actorwire.transport.planes._shm import ShmExporter
 
@@ -131,7 +134,7 @@ def run(sizes: list[str] | None = None, repeats: int = 3, progress: Any = sys.st
             src = torch.ones(nbytes // 4, dtype=torch.float32)
             dst = torch.empty_like(src)
 
-            def memcpy() -> float:
+            def memcpy(dst: Any = dst, src: Any = src) -> float:
                 t0 = time.perf_counter()
                 dst.copy_(src)
                 return time.perf_counter() - t0
@@ -146,7 +149,7 @@ def run(sizes: list[str] | None = None, repeats: int = 3, progress: Any = sys.st
                                               _move_rate(frames_exporter, src, child, repeats), "GB/s", base))
             finally:
                 frames_exporter.close()
-            src = dst = None  # free this size before the next one is allocated
+            del src, dst
         if torch.cuda.is_available():
             results += _cuda(child, sizes or list(SIZES), repeats)
         results += _publish_group64()
@@ -157,6 +160,7 @@ def run(sizes: list[str] | None = None, repeats: int = 3, progress: Any = sys.st
 
 def _cuda(child: _Child, sizes: list[str], repeats: int) -> list[Result]:
     import torch
+
     from actorwire.transport.planes._cuda_ipc import CudaIpcExporter
 
     out: list[Result] = []
@@ -168,12 +172,12 @@ def _cuda(child: _Child, sizes: list[str], repeats: int) -> list[Result]:
         src = torch.ones(nbytes // 4, dtype=torch.float32, device="cuda")
         dst = torch.empty_like(src)
 
-        def d2d() -> float:
+        def d2d(dst: Any = dst, src: Any = src) -> float:
             return _gpu_copy_seconds(dst, src)
 
         base = nbytes / _best(d2d, repeats) / 1e9
 
-        def ipc() -> float:
+        def ipc(src: Any = src) -> float:
             e0 = time.perf_counter()
             key, refs = exporter.export({"w": src})
             export_times.append(time.perf_counter() - e0)
@@ -187,7 +191,7 @@ def _cuda(child: _Child, sizes: list[str], repeats: int) -> list[Result]:
         # tensor, against a copy inside one process; export and open are reported apart.
         out.append(Result.against(f"tensor.cuda_ipc.{label}", nbytes / _best(ipc, repeats) / 1e9, "GB/s", base,
                                   ">= 0.9 of device copy at 1GiB" if label == "1GiB" else ""))
-        src = dst = None  # free this size before the next one is allocated
+        del src, dst
     out.append(Result.against("tensor.cuda_ipc.export", statistics.median(export_times) * 1e3, "ms", None))
     out.append(Result.against("tensor.cuda_ipc.open", statistics.median(open_times) * 1e3, "ms", None))
     return out
@@ -195,6 +199,7 @@ def _cuda(child: _Child, sizes: list[str], repeats: int) -> list[Result]:
 
 def _publish_group64() -> list[Result]:
     import torch
+
     from actorwire.transport.planes import _local
     from actorwire.transport.planes._shm import ShmExporter
 

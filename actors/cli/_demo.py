@@ -19,6 +19,7 @@ import tempfile
 import time
 
 from actorwire import messages as m
+from actorwire.actors import _names
 from actorwire.actors.control._coordinator import Coordinator
 from actorwire.actors.runtime._system import ActorSystem
 from actorwire.actors.weights._consumer import ModelConsumer
@@ -31,10 +32,10 @@ def _spawn_consumers(system: ActorSystem, workers: int) -> dict[int, ModelConsum
 
     consumers = {}
     for rank in range(workers):
-        prefix = f"weights/r{rank}"
+        prefix = _names.rank_prefix("weights", rank)
         plan = single_rank_plan(make_model(), prefix)
         consumers[rank] = ModelConsumer(0, plan, factory="actorwire.actors.cli._demo_train:make_model")
-        system.spawn(consumers[rank], f"{prefix}/consumer/0")
+        system.spawn(consumers[rank], _names.consumer(prefix, 0))
     return consumers
 
 

@@ -12,6 +12,7 @@ import sys
 import time
 from typing import Any
 
+from actorwire.actors import _names
 from actorwire.transport._settings import settings
 
 DIM = 16
@@ -37,6 +38,7 @@ def dataset(n: int) -> tuple[object, object]:
 
 def main() -> int:
     import torch
+
     from actorwire.actors.control._worker import Worker
     from actorwire.actors.weights._plan import (
         ModuleSource,
@@ -79,7 +81,7 @@ def main() -> int:
                 checkpoint_fn=checkpoint if stem else None) as worker:
         # After every epoch this rank's weights go to its consumer in the demo process, checked bit-exact.
         launch_rank = (settings().rank or 0)
-        sender = WeightSender(worker.system, ModuleSource(model), consumer_ids=[0], prefix=f"weights/r{launch_rank}",
+        sender = WeightSender(worker.system, ModuleSource(model), consumer_ids=[0], prefix=_names.rank_prefix("weights", launch_rank),
                               stall_timeout=20.0)
         while (plan := worker.next_plan()) is not None:
             for idx in worker.batches(plan, batch_size):

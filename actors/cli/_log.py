@@ -25,7 +25,8 @@ from collections.abc import Iterator
 from typing import Any, Union
 
 import msgspec
-from actorwire.messages import Envelope
+
+from actorwire.messages import Envelope, UsageError
 from actorwire.transport.recording import (
     RECORD_TYPES,
     CorruptRecord,
@@ -127,7 +128,7 @@ _BIN = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, as
 _MISSING = object()
 
 
-class WhereError(ValueError):
+class WhereError(UsageError, ValueError):
     """A ``--where`` expression uses something the language does not have."""
 
 

@@ -1,6 +1,6 @@
 """The training coordinator: a sans-IO state machine that runs as an actor.
 
-It owns the data-parallel control plane of seed 000 (see
+It owns the data-parallel control plane (see
 ``docs/control-plane.md``): who is in the run, who is alive, which slice of
 the dataset each rank trains on, when ranks all-reduce, who evaluates and
 checkpoints, and how the run ends.  Every input is a message (worker reports,
@@ -18,7 +18,7 @@ import math
 import pathlib
 from typing import Any
 
-import msgspec
+from actorwire.actors.control._ledger import EWMA, FINAL_EVAL, META_SCHEMA, CoordinatorConfig, RankState, add_metrics
 from actorwire.actors.runtime._actor import Actor, handler
 from actorwire.actors.runtime._context import Context
 from actorwire.messages import (
@@ -61,82 +61,6 @@ from actorwire.messages import (
     TimerFired,
 )
 
-#: ``schedule_id`` of the single canonical eval at the end of the run.
-FINAL_EVAL = 2**63 - 1
-META_SCHEMA = 1
-_EWMA = 0.3
-
-
-class CoordinatorConfig(msgspec.Struct, frozen=True, kw_only=True):
-    """Settings of a run, as JSON-able values (they are recorded with the actor)."""
-
-    world_size: int
-    run_id: str
-    num_epochs: int
-    dataset_size: int
-    batch_size: int = 1
-    #: Expected model signature; empty: the first rank to join sets it.
-    model_signature: str = ""
-    #: "fixed": every rank syncs every ``sync_every`` batches.  "adaptive": the slowest
-    #: rank anchors the cadence and the anchor is tuned to keep sync overhead near
-    #: ``overhead_target``.
-    sync_policy: str = "fixed"
-    sync_every: int = 8
-    overhead_target: float = 0.10
-    #: "gloo" (CPU) or "nccl": a lone NCCL survivor cannot go on.
-    backend: str = "gloo"
-    eval_every: int = 1
-    checkpoint_every: int = 0
-    final_eval: bool = True
-    max_failures: int = 1_000_000
-    #: Rank liveness: a rank silent this long is dead.
-    staleness_timeout: float = 30.0
-    tick_interval: float = 1.0
-    rendezvous_timeout: float = 30.0
-    reduce_stall_timeout: float = 300.0
-    #: How long to wait for ranks to leave after Shutdown.
-    exit_grace: float = 30.0
-    #: How long to wait for every rank to join; then the run starts with those that did.
-    join_timeout: float = 120.0
-    #: Actor that receives every EpochMetrics and EvalBroadcast (e.g. the user's inbox).
-    metrics_sink: str = ""
-    #: Where ShutdownWithSave writes ``<stem>.meta.json``; empty: nowhere.
-    save_stem: str = ""
-    #: Form the process group at start (one rank generates the id, every rank gets
-    #: ``NewNcclSession``) instead of leaving the first formation to the workers.
-    form_group: bool = False
-
-    def __post_init__(self) -> None:
-        if self.world_size < 1 or self.num_epochs < 1 or self.dataset_size < 1 or self.batch_size < 1:
-            raise ValueError("world_size, num_epochs, dataset_size and batch_size must be >= 1")
-        if self.sync_policy not in ("fixed", "adaptive"):
-            raise ValueError(f"sync_policy must be 'fixed' or 'adaptive', got {self.sync_policy!r}")
-        if self.backend not in ("gloo", "nccl"):
-            raise ValueError(f"backend must be 'gloo' or 'nccl', got {self.backend!r}")
-        if self.sync_every < 1:
-            raise ValueError(f"sync_every must be >= 1, got {self.sync_every}")
-
-
-class _Rank:
-    """What the coordinator knows of one rank."""
-
-    def __init__(self, rank: int, name: str, now: float) -> None:
-        self.rank = rank
-        self.name = name
-        self.last_seen = now
-        self.alive = True
-        self.exited = False
-        self.steps_since_sync = 0
-        self.total_steps = 0
-        self.epoch_steps = 0
-        self.ms_per_batch: float | None = None
-        self.lr: float | None = None
-        self.plan = (0, 0)  # (offset, size) of the current epoch
-        self.extended = 0  # samples added by ExtendPartition this epoch
-        self.ext_sent = 0  # ExtendPartition slices sent this epoch...
-        self.ext_done = 0  # ...and reported done
-        self.reported_epoch = -1
-
 
 class Coordinator(Actor):
     """See the module doc and ``docs/control-plane.md``."""
@@ -144,8 +68,8 @@ class Coordinator(Actor):
     def __init__(self, **config: Any) -> None:
         self.settings = CoordinatorConfig(**config)
         self._config_kwargs = dict(config)
-        self.ranks: dict[int, _Rank] = {}
-        self._blocker: _Rank | None = None
+        self.ranks: dict[int, RankState] = {}
+        self._blocker: RankState | None = None
         self.by_name: dict[str, int] = {}
         self.phase = "joining"
         self.epoch = -1
@@ -179,7 +103,7 @@ class Coordinator(Actor):
 
     # -- helpers ------------------------------------------------------------
 
-    def alive(self) -> list[_Rank]:
+    def alive(self) -> list[RankState]:
         return [r for r in sorted(self.ranks.values(), key=lambda r: r.rank) if r.alive and not r.exited]
 
     def _tell_all(self, ctx: Context, message: Message) -> None:
@@ -193,13 +117,13 @@ class Coordinator(Actor):
             except Exception:  # a sink that left must not stop the run
                 ctx.log.warning("metrics sink unreachable", sink=self.settings.metrics_sink)
 
-    def _seen(self, ctx: Context, rank: int) -> _Rank | None:
+    def _seen(self, ctx: Context, rank: int) -> RankState | None:
         r = self.ranks.get(rank)
         if r is not None and r.alive:
             r.last_seen = ctx.now()
         return r
 
-    def _from_rank(self, ctx: Context, claimed: int) -> _Rank | None:
+    def _from_rank(self, ctx: Context, claimed: int) -> RankState | None:
         """The rank a report comes from, refusing reports from an actor that is not that rank."""
         r = self.ranks.get(claimed)
         if r is None or r.name != ctx.sender:
@@ -224,7 +148,7 @@ class Coordinator(Actor):
             return
         if not self.settings.model_signature and not self.ranks:
             self._signature = msg.model_signature
-        r = _Rank(msg.rank, ctx.sender or "", ctx.now())
+        r = RankState(msg.rank, ctx.sender or "", ctx.now())
         self.ranks[msg.rank] = r
         self.by_name[r.name] = msg.rank
         ctx.watch(r.name)
@@ -316,8 +240,9 @@ class Coordinator(Actor):
 
     # -- deaths ---------------------------------------------------------------
 
-    def _death(self, ctx: Context, r: _Rank, why: str) -> None:
-        # The remainder is computed before the ledger changes (seed 000, 2.2).
+    def _death(self, ctx: Context, r: RankState, why: str) -> None:
+        # The remainder is computed before the ledger changes: once the rank is
+        # out of the ledger its progress is gone and its slice would be lost.
         offset, size = r.plan
         done = min(size + r.extended, r.epoch_steps * self.settings.batch_size)
         remainder = max(0, size + r.extended - done)
@@ -413,7 +338,7 @@ class Coordinator(Actor):
 
     # -- roles ------------------------------------------------------------------
 
-    def _by_speed(self, ranks: list[_Rank]) -> list[_Rank]:
+    def _by_speed(self, ranks: list[RankState]) -> list[RankState]:
         """Fastest first (lowest ms per batch); uncalibrated ranks by rank number."""
         return sorted(ranks, key=lambda r: (r.ms_per_batch is None, r.ms_per_batch or 0.0, r.rank))
 
@@ -430,7 +355,7 @@ class Coordinator(Actor):
 
     # -- epochs -------------------------------------------------------------------
 
-    def _shares(self, alive: list[_Rank]) -> list[int]:
+    def _shares(self, alive: list[RankState]) -> list[int]:
         total = self.settings.dataset_size
         speeds = [r.ms_per_batch for r in alive]
         if all(s is not None and s > 0 for s in speeds) and len(alive) > 1:
@@ -497,7 +422,7 @@ class Coordinator(Actor):
         r.total_steps += 1
         r.epoch_steps += 1
         cost = msg.batch_ms + msg.data_ms
-        r.ms_per_batch = cost if r.ms_per_batch is None else (1 - _EWMA) * r.ms_per_batch + _EWMA * cost
+        r.ms_per_batch = cost if r.ms_per_batch is None else (1 - EWMA) * r.ms_per_batch + EWMA * cost
         self._maybe_sync(ctx)
 
     @handler
@@ -558,13 +483,13 @@ class Coordinator(Actor):
         self.quota = {r.rank: max(1, min(cap, round(self.anchor * slowest / r.ms_per_batch)))  # type: ignore[operator]
                       for r in alive}
 
-    def _quiesced(self, r: _Rank) -> bool:
+    def _quiesced(self, r: RankState) -> bool:
         """A rank that finished its slice (or reported the epoch) cannot move: it must not block the gate."""
         if r.ext_done < r.ext_sent:
             return False
         return r.reported_epoch >= self.epoch or r.epoch_steps * self.settings.batch_size >= r.plan[1] + r.extended
 
-    def _blocks(self, r: _Rank) -> bool:
+    def _blocks(self, r: RankState) -> bool:
         """Whether ``r`` holds the sync gate: alive, under its quota, and still able to move."""
         return (r.alive and not r.exited and r.steps_since_sync < self.quota.get(r.rank, self.settings.sync_every)
                 and not self._quiesced(r))
@@ -636,7 +561,7 @@ class Coordinator(Actor):
             return
         per_epoch = self.metrics.setdefault(msg.epoch, {})
         previous = per_epoch.get(msg.rank)
-        per_epoch[msg.rank] = msg if previous is None else _add_metrics(previous, msg)
+        per_epoch[msg.rank] = msg if previous is None else add_metrics(previous, msg)
         r.reported_epoch = max(r.reported_epoch, msg.epoch)
         if msg.epoch == self.epoch:
             r.ext_done += msg.extensions
@@ -742,24 +667,3 @@ class Coordinator(Actor):
         path = pathlib.Path(f"{self.settings.save_stem}.meta.json")
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
-
-
-def _add_metrics(a: MetricsMsg, b: MetricsMsg) -> MetricsMsg:
-    """Two reports of one rank for one epoch (progressive chunks) summed."""
-    batches = a.batches_processed + b.batches_processed
-    scalars = dict(a.scalars)
-    for name, acc in b.scalars.items():
-        old = scalars.get(name)
-        scalars[name] = acc if old is None else type(acc)(sum=old.sum + acc.sum, count=old.count + acc.count)
-    return msgspec.structs.replace(
-        a,
-        avg_loss=(a.avg_loss * a.batches_processed + b.avg_loss * b.batches_processed) / max(1, batches),
-        batches_processed=batches,
-        epoch_ms=max(a.epoch_ms, b.epoch_ms),
-        samples_processed=a.samples_processed + b.samples_processed,
-        share_complete_ms=max(a.share_complete_ms, b.share_complete_ms),
-        compute_only_ms=a.compute_only_ms + b.compute_only_ms,
-        data_starve_ms=a.data_starve_ms + b.data_starve_ms,
-        scalars=scalars,
-        extensions=a.extensions + b.extensions,
-    )

@@ -33,12 +33,14 @@ import time
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from actorwire.actors import _names
 from actorwire.actors.control._rank_ops import (
     run_checkpoint,
     run_eval,
     weighted_average,
 )
 from actorwire.messages import (
+    ActorwireError,
     Batch,
     Checkpoint,
     CoordHeartbeat,
@@ -98,7 +100,7 @@ class Plan:
         return self.size + sum(n for _, n in self.extensions)
 
 
-class WorkerError(RuntimeError):
+class WorkerError(ActorwireError, RuntimeError):
     """The coordinator refused this worker, or went away."""
 
 
@@ -146,7 +148,7 @@ class Worker:
         self._session_attempt = 0
         self.death_dir = death_dir or settings().death_dir or tempfile.gettempdir()
         self.log = get_logger(role="worker", rank=self.rank)
-        self.name = f"worker/{self.rank}"
+        self.name = _names.worker(self.rank)
         self.inbox = self.system.inbox(self.name)
         self._plans: collections.deque[Plan] = collections.deque()
         self._current: Plan | None = None
@@ -177,10 +179,11 @@ class Worker:
         if isinstance(reply, JoinRejected):
             raise WorkerError(f"the coordinator refused rank {self.rank}: {reply.reason}")
         self.inbox.watch(coordinator)
-        # A rank blocked in a long step or a collective still reports in (seed 000's
-        # heartbeat thread); the runtime's own heartbeats cover the process.
+        # A rank blocked in a long step or a collective still reports in from a
+        # thread of its own, so the coordinator tells slow from dead; the
+        # runtime's own heartbeats cover the process.
         self._beating = threading.Event()
-        self._beat_box = self.system.inbox(f"{self.name}/heartbeat")  # its own sender: FIFO is per thread
+        self._beat_box = self.system.inbox(_names.worker_heartbeat(self.rank))  # its own sender: FIFO is per thread
         self._beat_thread = threading.Thread(target=self._beat, args=(heartbeat_interval,), daemon=True,
                                              name=f"actorwire heartbeat {self.name}")
         self._beat_thread.start()
@@ -285,9 +288,6 @@ class Worker:
         self._current = None
         self._pump(0.0)
 
-    def report_epoch_fn_elapsed(self, epoch: int, elapsed_ms: float) -> None:
-        self.inbox.tell(self.coordinator, EpochFnElapsed(rank=self.rank, epoch=epoch, elapsed_ms=elapsed_ms))
-
     def request_eval(self) -> None:
         """Ask for an eval at the next epoch boundary (on the elected rank, not necessarily this one)."""
         self.inbox.tell(self.coordinator, Intent(rank=self.rank, kind=IntentKind.EVAL_NOW))
@@ -352,7 +352,7 @@ class Worker:
 
         That consumer is a :class:`~._consumer.ModelConsumer` (or any
         :class:`~._consumer.WeightConsumer`) built with
-        ``single_rank_plan(model, f"{prefix}/r{rank}")``, wherever the
+        ``single_rank_plan(model, rank_prefix(prefix, rank))``, wherever the
         launcher wants the trained weights.  Returns the sync report; its
         ``consumer_digests[0]`` is the digest of what the consumer now holds.
         """
@@ -361,14 +361,14 @@ class Worker:
 
         if self.model is None:
             raise WorkerError("send_final_snapshot() needs the model given to Worker(model=...)")
-        name = f"{prefix}/r{self.rank}/consumer/0"
+        name = _names.consumer(_names.rank_prefix(prefix, self.rank), 0)
         try:
             self.system.wait_for(name, timeout)
         except TimeoutError:
             raise WorkerError(f"no snapshot consumer named {name!r} within {timeout:g} s") from None
         if self._snapshot is None:
             self._snapshot = WeightSender(self.system, ModuleSource(self.model), consumer_ids=[0],
-                                          prefix=f"{prefix}/r{self.rank}", stall_timeout=timeout)
+                                          prefix=_names.rank_prefix(prefix, self.rank), stall_timeout=timeout)
         return self._snapshot.send_weights()
 
     def write_bundle(self, stem: str, optimizer: Any = None) -> list[str]:

@@ -153,6 +153,21 @@ class Actor:
         return params
 
 
+def dispatch(actor: Actor, message: Message, ctx: Context) -> bool:
+    """Run the handler ``actor`` declares for ``message``; without one, ``on_unhandled``.
+
+    The one place a message meets a handler: the live system, the test kit
+    and replay all call it.  Returns whether a handler ran (the live system
+    then answers an unhandled ask with an error).
+    """
+    name = actor.handler_for(type(message))
+    if name is None:
+        actor.on_unhandled(message, ctx)
+        return False
+    getattr(actor, name)(message, ctx)
+    return True
+
+
 _HOOKS = frozenset({"on_start", "on_stop", "on_error", "on_unhandled", "handler_for", "config"})
 
 

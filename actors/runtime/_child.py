@@ -9,6 +9,7 @@ from __future__ import annotations
 import sys
 
 import msgspec
+
 from actorwire.actors.runtime._launch import ChildSpec, load_actor, set_process_title
 from actorwire.actors.runtime._system import ActorSystem
 from actorwire.transport._log import get_logger

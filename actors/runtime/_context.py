@@ -15,6 +15,7 @@ from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 from actorwire.messages import Envelope, Message
+from actorwire.transport._errors import NotAnAsk
 
 if TYPE_CHECKING:
     from actorwire.actors.runtime._system import _Cell
@@ -137,7 +138,7 @@ class LiveContext(Context):
     def reply(self, message: Message) -> None:
         envelope = self.envelope
         if envelope is None or not envelope.correlation_id or envelope.is_reply:
-            raise RuntimeError(f"{self.name}: reply() outside the handling of an ask")
+            raise NotAnAsk(f"{self.name}: reply() outside the handling of an ask")
         self._node.reply(self.name, envelope, self._source, message)
 
     def names(self) -> list[str]:

@@ -19,6 +19,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import msgspec
+
 from actorwire.actors.runtime._actor import Actor
 from actorwire.transport._endpoints import new_node_id
 from actorwire.transport._errors import ConfigError

@@ -14,6 +14,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 import msgspec
+
 from actorwire.actors.runtime._context import LiveContext
 from actorwire.messages import Envelope, Message
 from actorwire.transport._settings import settings
@@ -161,7 +162,7 @@ class RecordingContext(LiveContext):
         self._log_out("reply", envelope.sender, envelope.correlation_id, message)
 
     def _log_out(self, how: str, target: str, corr: int, message: Message) -> None:
-        sent = Envelope(sender=self.name, target=target, seq=self._node._seq[self.name], correlation_id=corr,
+        sent = Envelope(sender=self.name, target=target, seq=self._node.last_seq(self.name), correlation_id=corr,
                         is_reply=how == "reply", wall_ns=time.time_ns())
         self.recorder.write(Out(self.recorder.index, how, sent.wall_ns, (sent, message)))
 

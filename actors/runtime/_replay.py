@@ -20,11 +20,12 @@ from collections.abc import Callable
 from typing import Any
 
 import msgspec
-from actorwire.actors.runtime._actor import Actor
+
+from actorwire.actors.runtime._actor import Actor, dispatch
 from actorwire.actors.runtime._context import Context
 from actorwire.actors.runtime._launch import ActorSpec, load_actor
 from actorwire.actors.runtime._testkit import FakeContext, Sent
-from actorwire.messages import Message
+from actorwire.messages import ActorwireError, Message
 from actorwire.transport.recording import (
     Begin,
     Clock,
@@ -40,7 +41,7 @@ from actorwire.transport.recording import (
 )
 
 
-class ReplayExhausted(Exception):
+class ReplayExhausted(ActorwireError):
     """The replayed code read more of the clock or of the random generator than was recorded."""
 
 
@@ -331,14 +332,9 @@ def replay(
     for record in inbox:
         ctx.envelope = record.envelope
         message = record.message
-        name = instance.handler_for(type(message))
-        handler = getattr(instance, name) if name else None
 
-        def call(handler: Any = handler, message: Message = message) -> None:
-            if handler is None:
-                instance.on_unhandled(message, ctx)
-            else:
-                handler(message, ctx)
+        def call(message: Message = message) -> None:
+            dispatch(instance, message, ctx)
 
         report.messages += 1
         if not run(record.index, type(message).wire_tag(), call):

@@ -13,11 +13,11 @@ import hashlib
 import threading
 import time
 import uuid
-from collections.abc import Iterator
-from typing import Any, NamedTuple, TypeVar, overload
+from typing import Any, TypeVar, overload
 
-from actorwire.actors.runtime._actor import Actor
+from actorwire.actors.runtime._actor import Actor, dispatch
 from actorwire.actors.runtime._context import LiveContext
+from actorwire.actors.runtime._inbox import Inbox
 from actorwire.actors.runtime._launch import ActorSpec, ChildProcess, set_process_title
 from actorwire.actors.runtime._record import Recorder, RecordingContext, RecordSettings
 from actorwire.actors.runtime._timers import Timers
@@ -39,6 +39,12 @@ from actorwire.transport import (
     SystemClosed,
     UnknownActor,
 )
+from actorwire.transport._errors import (
+    ChildFailed,
+    DeliveryError,
+    InvalidArgument,
+    WrongType,
+)
 from actorwire.transport._log import get_logger
 from actorwire.transport._mailbox import Mailbox
 from actorwire.transport._node import BlockingReply, Node
@@ -49,13 +55,14 @@ _STOP = object()
 
 
 class UnexpectedReply(RemoteError):
-    """An ask got a reply of another kind than the caller expected."""
+    """An ask got a reply of another kind than the caller expected (``code`` is ``bad_message``)."""
 
     def __init__(self, target: str, expected: type, got: Message) -> None:
-        Exception.__init__(
-            self, f"{target!r} answered `{type(got).wire_tag()}`, expected `{expected.wire_tag()}`"
-        )
+        detail = f"answered `{type(got).wire_tag()}`, expected `{expected.wire_tag()}`"
+        DeliveryError.__init__(self, f"{target!r} {detail}")
         self.target = target
+        self.code = ErrorCode.BAD_MESSAGE
+        self.remote_message = detail
         self.reply = got
 
 
@@ -163,7 +170,6 @@ class _Cell:
 
     def _run(self) -> None:
         actor, ctx, node, log = self.actor, self.ctx, self.system._node, self.log
-        methods: dict[type, Any] = {}
         rec = self.recorder
         if rec is not None:
             rec.begin()
@@ -192,15 +198,8 @@ class _Cell:
                 if rec is not None:
                     rec.message(envelope, message)
                 try:
-                    method = methods.get(type(message))
-                    if method is None:
-                        name = actor.handler_for(type(message))
-                        method = getattr(actor, name) if name else False
-                        methods[type(message)] = method
-                    if method:
-                        method(message, ctx)
-                    else:
-                        self._unhandled(message, envelope, source)
+                    if not dispatch(actor, message, ctx):
+                        self._reply_unhandled(message, envelope, source)
                 except Exception as exc:
                     error = exc
                     self._failed(exc, message, envelope, source)
@@ -217,8 +216,7 @@ class _Cell:
             log.exception("on_stop failed")
         self._retire(leftover)
 
-    def _unhandled(self, message: Message, envelope: Envelope, source: str | None) -> None:
-        self.actor.on_unhandled(message, self.ctx)
+    def _reply_unhandled(self, message: Message, envelope: Envelope, source: str | None) -> None:
         if envelope.correlation_id and not envelope.is_reply:
             self.system._node.reply(self.name, envelope, source, ErrorReply(
                 code=ErrorCode.NO_HANDLER, request_kind=type(message).wire_tag(),
@@ -268,82 +266,6 @@ class _Cell:
         system._cells.pop(self.name, None)
 
 
-class Received(NamedTuple):
-    """A message taken from an :class:`Inbox`."""
-
-    message: Message
-    envelope: Envelope
-    source: str | None
-
-    @property
-    def sender(self) -> str:
-        return self.envelope.sender
-
-
-class Inbox:
-    """A named mailbox for a user thread (e.g. the training loop).
-
-    Other actors address it by name like any actor.  ``poll()`` never blocks;
-    ``get(timeout)`` waits.  Use it from one thread at a time.
-    """
-
-    def __init__(self, system: ActorSystem, name: str) -> None:
-        self.name = name
-        self._system = system
-        self._node = system._node
-        self._mailbox: Mailbox[tuple[Envelope, Message, str | None]] = Mailbox(system.config.mailbox_capacity)
-
-    def _deliver(self, envelope: Envelope, message: Message, source: str | None, timeout: float | None) -> bool:
-        return self._mailbox.put((envelope, message, source), timeout)
-
-    def _take(self, item: tuple[Envelope, Message, str | None] | None) -> Received | None:
-        if item is None:
-            return None
-        envelope, message, source = item
-        if source is not None:
-            self._node.handled(source, envelope)
-        return Received(message, envelope, source)
-
-    def poll(self) -> Received | None:
-        """The oldest message, or None at once if there is none."""
-        return self._take(self._mailbox.get_nowait())
-
-    def get(self, timeout: float | None = None) -> Received | None:
-        """The oldest message, waiting up to ``timeout`` s (None: forever); None on timeout."""
-        return self._take(self._mailbox.get(timeout))
-
-    def drain(self) -> Iterator[Received]:
-        """Every message waiting now, oldest first, without blocking."""
-        while (item := self.poll()) is not None:
-            yield item
-
-    def __len__(self) -> int:
-        return len(self._mailbox)
-
-    def tell(self, target: str, message: Message, *, timeout: float | None = None) -> None:
-        self._node.send(self.name, target, message, timeout=timeout)
-
-    def tell_nowait(self, target: str, message: Message) -> None:
-        self._node.send(self.name, target, message, block=False)
-
-    def ask(self, target: str, message: Message, *, timeout: float | None = None,
-            expect: type[R] | None = None) -> Any:
-        return self._system._blocking_ask(self.name, target, message, timeout, expect)
-
-    def reply(self, to: Received, message: Message) -> None:
-        if not to.envelope.correlation_id or to.envelope.is_reply:
-            raise RuntimeError(f"the message from {to.sender!r} is not an ask")
-        self._node.reply(self.name, to.envelope, to.source, message)
-
-    def watch(self, name: str) -> None:
-        self._system._watch(self.name, name)
-
-    def close(self) -> None:
-        self._system._inboxes.pop(self.name, None)
-        self._node.remove_local(self.name)
-        self._mailbox.close()
-
-
 class ActorSystem:
     """Actors of one process, joined to a system of processes.
 
@@ -369,7 +291,7 @@ class ActorSystem:
         security: Security | None = None,
     ) -> None:
         if join is not None and run_id is None:
-            raise ValueError("joining a system needs its run_id")
+            raise InvalidArgument("joining a system needs its run_id")
         self.run_id = run_id or uuid.uuid4().hex[:12]
         self.config = config or RuntimeConfig()
         self.rank = rank
@@ -420,7 +342,7 @@ class ActorSystem:
     def spawn(self, actor: Actor, name: str) -> str:
         """Start ``actor`` under ``name`` in this process; returns the name."""
         if not isinstance(actor, Actor):
-            raise TypeError(f"spawn() takes an Actor instance, got {type(actor).__name__}")
+            raise WrongType(f"spawn() takes an Actor instance, got {type(actor).__name__}")
         self._check_open()
         cell = _Cell(self, name, actor, _stable_int(f"{self.seed}:{name}"))
         self._node.add_local(name, cell.deliver, deliver_many=cell.mailbox.put_many)
@@ -464,7 +386,7 @@ class ActorSystem:
                 except TimeoutError:
                     code = child.returncode
                     if code is not None:
-                        raise RuntimeError(
+                        raise ChildFailed(
                             f"child process for {child.names} exited with status {code} before registering"
                         ) from None
                     raise

@@ -22,7 +22,7 @@ import random
 from collections.abc import Iterable
 from typing import Any
 
-from actorwire.actors.runtime._actor import Actor
+from actorwire.actors.runtime._actor import Actor, dispatch
 from actorwire.actors.runtime._context import Context
 from actorwire.messages import (
     AskFailed,
@@ -33,7 +33,7 @@ from actorwire.messages import (
     Message,
     TimerFired,
 )
-from actorwire.transport._errors import UnknownActor
+from actorwire.transport._errors import NotAnAsk, UnknownActor
 from actorwire.transport._log import get_logger
 
 
@@ -90,7 +90,7 @@ class FakeContext(Context):
     def reply(self, message: Message) -> None:
         envelope = self.envelope
         if envelope is None or not envelope.correlation_id or envelope.is_reply:
-            raise RuntimeError(f"{self.name}: reply() outside the handling of an ask")
+            raise NotAnAsk(f"{self.name}: reply() outside the handling of an ask")
         self.outbox.append(Sent(envelope.sender, message, "reply", envelope.correlation_id))
 
     def names(self) -> list[str]:
@@ -173,7 +173,7 @@ class ActorHarness:
         """``name`` went down: the actor gets ``Down`` if it watched it; asks to it fail."""
         out: list[Sent] = []
         self.ctx.known.discard(name)
-        for corr, (target, kind, _) in sorted(self.ctx.pending_asks.items()):
+        for corr, (target, _kind, _) in sorted(self.ctx.pending_asks.items()):
             if target == name:
                 out += self._fail_ask(corr, f"actor {name!r} is {reason.value}", ErrorCode.TARGET_DEAD)
         if name in self.ctx.watched:
@@ -240,12 +240,8 @@ class ActorHarness:
     def _run(self, envelope: Envelope, message: Message) -> list[Sent]:
         mark = len(self.ctx.outbox)
         self.ctx.envelope = envelope
-        name = self.actor.handler_for(type(message))
         try:
-            if name is None:
-                self.actor.on_unhandled(message, self.ctx)
-            else:
-                getattr(self.actor, name)(message, self.ctx)
+            dispatch(self.actor, message, self.ctx)
         finally:
             self.ctx.envelope = None
         return self.ctx.outbox[mark:]

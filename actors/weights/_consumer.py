@@ -25,6 +25,7 @@ from __future__ import annotations
 from typing import Any
 
 import msgspec
+
 from actorwire.actors.runtime._actor import Actor, handler
 from actorwire.actors.runtime._context import Context
 from actorwire.actors.weights._plan import Chunk, WeightPlan, state_digest

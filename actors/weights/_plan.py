@@ -23,10 +23,12 @@ from collections.abc import Iterator, Sequence
 from typing import Any, Protocol
 
 import msgspec
-from actorwire.messages import Record
+
+from actorwire.actors import _names
+from actorwire.messages import ActorwireError, Record
 
 
-class WeightSyncError(RuntimeError):
+class WeightSyncError(ActorwireError, RuntimeError):
     """A weight sync failed; the message says which rank, group, consumer or name, and why."""
 
 
@@ -288,4 +290,4 @@ def build_plan(meta: list[ParamMeta], holders: list[list[int]], producers: list[
 def single_rank_plan(module: Any, prefix: str, *, slots: int = 2) -> WeightPlan:
     """The plan a one-rank :class:`~._sender.WeightSender` over ``module`` builds, for consumers made elsewhere."""
     meta = ModuleSource(module).metadata()
-    return build_plan(meta, [[0]] * len(meta), [f"{prefix}/producer/0"], slots=slots)
+    return build_plan(meta, [[0]] * len(meta), [_names.producer(prefix, 0)], slots=slots)

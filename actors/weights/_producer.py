@@ -1,6 +1,6 @@
 """The weight producer: one actor per trainer rank, serving that rank's groups to consumers.
 
-Per sync (seed 002's publish -> serve -> free_group -> release, as messages):
+Per sync (publish -> serve -> free_group -> release, each step a message):
 
 1. ``BeginSync(sync_id, live_consumer_ids)`` from the rank's trainer thread
    (the :class:`~._sender.WeightSender`).  The live set has no default: a
@@ -32,6 +32,8 @@ from __future__ import annotations
 from typing import Any
 
 import msgspec
+
+from actorwire.actors import _names
 from actorwire.actors.runtime._actor import Actor, handler
 from actorwire.actors.runtime._context import Context
 from actorwire.actors.weights._plan import WeightPlan
@@ -58,7 +60,7 @@ DEFAULT_STALL_TIMEOUT = 300.0
 
 
 def consumer_name(prefix: str, consumer_id: int) -> str:
-    return f"{prefix}/consumer/{consumer_id}"
+    return _names.consumer(prefix, consumer_id)
 
 
 class WeightProducer(Actor):

@@ -24,6 +24,7 @@ import dataclasses
 import time
 from typing import TYPE_CHECKING, Any
 
+from actorwire.actors import _names
 from actorwire.actors.weights._plan import (
     WeightPlan,
     WeightSource,
@@ -96,7 +97,7 @@ class WeightSender:
             raise WeightSyncError(f"rank {rank} holds names that are not in the metadata: {unknown}")
         digests, masks = self._exchange_held(names_digest(names, meta), bitmask(names, held), init_timeout)
         holders = resolve_ownership(names, digests, masks)
-        self.plan: WeightPlan = build_plan(meta, holders, [f"{prefix}/producer/{r}" for r in range(world_size)],
+        self.plan: WeightPlan = build_plan(meta, holders, [_names.producer(prefix, r) for r in range(world_size)],
                                            slots=slots, workers_per_replica=workers_per_replica)
         self.groups = self.plan.groups()
         self.owned = set(self.plan.owned_groups(rank))
@@ -106,7 +107,7 @@ class WeightSender:
         chosen = choose_plane(device, same_host=True, force=plane)
         self.producer = system.spawn(WeightProducer(rank, self.plan, plane=chosen.value, device=device,
                                                     stall_timeout=stall_timeout, prefix=prefix),
-                                     f"{prefix}/producer/{rank}")
+                                     _names.producer(prefix, rank))
         self.sync_id = 0
         self.log.info("weights.sender_ready", groups=len(self.groups), owned=len(self.owned), plane=chosen.value,
                       plan=self.plan.digest)
@@ -249,7 +250,4 @@ class WeightSender:
 
 
 def _consumer_id(sender: str, prefix: str) -> int | None:
-    head = f"{prefix}/consumer/"
-    if sender.startswith(head) and sender[len(head):].isdigit():
-        return int(sender[len(head):])
-    return None
+    return _names.consumer_id(sender, prefix)

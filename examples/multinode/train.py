@@ -14,6 +14,7 @@ import sys
 import time
 
 import torch
+
 from actorwire.actors.control import Worker
 from actorwire.transport.comm import GlooCommunicator
 

@@ -6,6 +6,7 @@ import pathlib
 import re
 
 import pytest
+
 from actorwire.transport._errors import ConfigError
 from actorwire.transport._settings import DOCS, Settings, table, variable
 

@@ -103,10 +103,6 @@ class NcclCommunicator:
     def world_size(self) -> int:
         return self._world
 
-    @property
-    def unhealthy_reason(self) -> str | None:
-        return self._unhealthy
-
     def _poison(self, reason: str) -> None:
         with self._lock:
             first = self._unhealthy is None

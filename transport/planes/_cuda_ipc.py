@@ -15,7 +15,7 @@ cudaIpcOpenMemHandle: https://docs.nvidia.com/cuda/cuda-runtime-api/group__CUDAR
   allocation twice in one process fails); ``drop()`` at the end of a sync
   closes them.
 * The caching allocator's *expandable segments* make opens several times
-  slower (seed 002 measured ~9x); a warning says so.
+  slower (about 9x, as reported for PyTorch's allocator); a warning says so.
 
 Handles travel in ``TensorRef.handle`` as msgpack of torch's share tuple,
 never pickled.
@@ -29,6 +29,7 @@ import warnings
 from typing import Any
 
 import msgspec
+
 from actorwire.messages import Plane, TensorRef
 from actorwire.transport.planes._layout import view_ref
 

@@ -26,6 +26,7 @@ from typing import Any, Union
 
 import msgspec
 import zmq
+
 from actorwire.messages import Plane, TensorRef
 from actorwire.transport._endpoints import is_tcp, tcp_host
 from actorwire.transport._security import Security, SecurityError

@@ -50,7 +50,3 @@ def drop(key: bytes) -> None:
         _table.pop(key, None)
 
 
-def held() -> int:
-    """How many groups this process holds (for tests and leak checks)."""
-    with _lock:
-        return len(_table)

@@ -19,6 +19,7 @@ from multiprocessing import shared_memory
 from typing import Any
 
 import msgspec
+
 from actorwire.messages import Plane, TensorRef
 from actorwire.transport.planes import _shm
 from actorwire.transport.planes._frames import FramesServer, handle_for

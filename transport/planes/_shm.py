@@ -80,10 +80,6 @@ class ShmExporter:
         if slot in self._slots:
             self._free.add(slot)
 
-    @property
-    def resident_bytes(self) -> int:
-        return sum(s.size for i, s in self._slots.items() if i not in self._free)
-
     def close(self) -> None:
         """Unlink every segment (mappings held by importers stay valid until they drop them)."""
         if self._closed:

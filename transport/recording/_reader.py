@@ -9,6 +9,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import msgspec
+
 from actorwire.transport.recording._schema import (
     FORMAT_VERSION,
     FRAME,

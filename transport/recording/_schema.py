@@ -32,6 +32,7 @@ import typing
 from typing import Any, Union
 
 import msgspec
+
 from actorwire.messages import ActorwireError, AnyMessage, Envelope
 
 MAGIC = b"AWLOG1\n\0"

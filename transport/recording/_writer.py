@@ -7,6 +7,7 @@ import zlib
 from typing import Any
 
 import msgspec
+
 from actorwire.transport.recording._schema import (
     FRAME,
     INDEX,

@@ -1,0 +1,109 @@
+"""What the coordinator is configured with and what it keeps per rank, apart from its rules.
+
+``CoordinatorConfig`` (the run's shape and policies), ``RankState`` (one rank's
+progress and liveness as the coordinator knows them) and the arithmetic of
+merging one rank's progressive metrics reports.
+"""
+
+from __future__ import annotations
+
+import msgspec
+
+from actorwire.messages import MetricsMsg
+
+#: ``schedule_id`` of the single canonical eval at the end of the run.
+FINAL_EVAL = 2**63 - 1
+META_SCHEMA = 1
+EWMA = 0.3
+
+
+class CoordinatorConfig(msgspec.Struct, frozen=True, kw_only=True):
+    """Settings of a run, as JSON-able values (they are recorded with the actor)."""
+
+    world_size: int
+    run_id: str
+    num_epochs: int
+    dataset_size: int
+    batch_size: int = 1
+    #: Expected model signature; empty: the first rank to join sets it.
+    model_signature: str = ""
+    #: "fixed": every rank syncs every ``sync_every`` batches.  "adaptive": the slowest
+    #: rank anchors the cadence and the anchor is tuned to keep sync overhead near
+    #: ``overhead_target``.
+    sync_policy: str = "fixed"
+    sync_every: int = 8
+    overhead_target: float = 0.10
+    #: "gloo" (CPU) or "nccl": a lone NCCL survivor cannot go on.
+    backend: str = "gloo"
+    eval_every: int = 1
+    checkpoint_every: int = 0
+    final_eval: bool = True
+    max_failures: int = 1_000_000
+    #: Rank liveness: a rank silent this long is dead.
+    staleness_timeout: float = 30.0
+    tick_interval: float = 1.0
+    rendezvous_timeout: float = 30.0
+    reduce_stall_timeout: float = 300.0
+    #: How long to wait for ranks to leave after Shutdown.
+    exit_grace: float = 30.0
+    #: How long to wait for every rank to join; then the run starts with those that did.
+    join_timeout: float = 120.0
+    #: Actor that receives every EpochMetrics and EvalBroadcast (e.g. the user's inbox).
+    metrics_sink: str = ""
+    #: Where ShutdownWithSave writes ``<stem>.meta.json``; empty: nowhere.
+    save_stem: str = ""
+    #: Form the process group at start (one rank generates the id, every rank gets
+    #: ``NewNcclSession``) instead of leaving the first formation to the workers.
+    form_group: bool = False
+
+    def __post_init__(self) -> None:
+        if self.world_size < 1 or self.num_epochs < 1 or self.dataset_size < 1 or self.batch_size < 1:
+            raise ValueError("world_size, num_epochs, dataset_size and batch_size must be >= 1")
+        if self.sync_policy not in ("fixed", "adaptive"):
+            raise ValueError(f"sync_policy must be 'fixed' or 'adaptive', got {self.sync_policy!r}")
+        if self.backend not in ("gloo", "nccl"):
+            raise ValueError(f"backend must be 'gloo' or 'nccl', got {self.backend!r}")
+        if self.sync_every < 1:
+            raise ValueError(f"sync_every must be >= 1, got {self.sync_every}")
+
+
+class RankState:
+    """What the coordinator knows of one rank."""
+
+    def __init__(self, rank: int, name: str, now: float) -> None:
+        self.rank = rank
+        self.name = name
+        self.last_seen = now
+        self.alive = True
+        self.exited = False
+        self.steps_since_sync = 0
+        self.total_steps = 0
+        self.epoch_steps = 0
+        self.ms_per_batch: float | None = None
+        self.lr: float | None = None
+        self.plan = (0, 0)  # (offset, size) of the current epoch
+        self.extended = 0  # samples added by ExtendPartition this epoch
+        self.ext_sent = 0  # ExtendPartition slices sent this epoch...
+        self.ext_done = 0  # ...and reported done
+        self.reported_epoch = -1
+
+
+def add_metrics(a: MetricsMsg, b: MetricsMsg) -> MetricsMsg:
+    """Two reports of one rank for one epoch (progressive chunks) summed."""
+    batches = a.batches_processed + b.batches_processed
+    scalars = dict(a.scalars)
+    for name, acc in b.scalars.items():
+        old = scalars.get(name)
+        scalars[name] = acc if old is None else type(acc)(sum=old.sum + acc.sum, count=old.count + acc.count)
+    return msgspec.structs.replace(
+        a,
+        avg_loss=(a.avg_loss * a.batches_processed + b.avg_loss * b.batches_processed) / max(1, batches),
+        batches_processed=batches,
+        epoch_ms=max(a.epoch_ms, b.epoch_ms),
+        samples_processed=a.samples_processed + b.samples_processed,
+        share_complete_ms=max(a.share_complete_ms, b.share_complete_ms),
+        compute_only_ms=a.compute_only_ms + b.compute_only_ms,
+        data_starve_ms=a.data_starve_ms + b.data_starve_ms,
+        scalars=scalars,
+        extensions=a.extensions + b.extensions,
+    )

@@ -1,0 +1,91 @@
+"""Inboxes: named mailboxes that user threads (a training loop) poll instead of running an actor."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
+
+from actorwire.messages import Envelope, Message
+from actorwire.transport._errors import NotAnAsk
+from actorwire.transport._mailbox import Mailbox
+
+if TYPE_CHECKING:
+    from actorwire.actors.runtime._system import ActorSystem
+
+R = TypeVar("R", bound=Message)
+
+
+class Received(NamedTuple):
+    """A message taken from an :class:`Inbox`."""
+
+    message: Message
+    envelope: Envelope
+    source: str | None
+
+    @property
+    def sender(self) -> str:
+        return self.envelope.sender
+
+
+class Inbox:
+    """A named mailbox for a user thread (e.g. the training loop).
+
+    Other actors address it by name like any actor.  ``poll()`` never blocks;
+    ``get(timeout)`` waits.  Use it from one thread at a time.
+    """
+
+    def __init__(self, system: ActorSystem, name: str) -> None:
+        self.name = name
+        self._system = system
+        self._node = system._node
+        self._mailbox: Mailbox[tuple[Envelope, Message, str | None]] = Mailbox(system.config.mailbox_capacity)
+
+    def _deliver(self, envelope: Envelope, message: Message, source: str | None, timeout: float | None) -> bool:
+        return self._mailbox.put((envelope, message, source), timeout)
+
+    def _take(self, item: tuple[Envelope, Message, str | None] | None) -> Received | None:
+        if item is None:
+            return None
+        envelope, message, source = item
+        if source is not None:
+            self._node.handled(source, envelope)
+        return Received(message, envelope, source)
+
+    def poll(self) -> Received | None:
+        """The oldest message, or None at once if there is none."""
+        return self._take(self._mailbox.get_nowait())
+
+    def get(self, timeout: float | None = None) -> Received | None:
+        """The oldest message, waiting up to ``timeout`` s (None: forever); None on timeout."""
+        return self._take(self._mailbox.get(timeout))
+
+    def drain(self) -> Iterator[Received]:
+        """Every message waiting now, oldest first, without blocking."""
+        while (item := self.poll()) is not None:
+            yield item
+
+    def __len__(self) -> int:
+        return len(self._mailbox)
+
+    def tell(self, target: str, message: Message, *, timeout: float | None = None) -> None:
+        self._node.send(self.name, target, message, timeout=timeout)
+
+    def tell_nowait(self, target: str, message: Message) -> None:
+        self._node.send(self.name, target, message, block=False)
+
+    def ask(self, target: str, message: Message, *, timeout: float | None = None,
+            expect: type[R] | None = None) -> Any:
+        return self._system._blocking_ask(self.name, target, message, timeout, expect)
+
+    def reply(self, to: Received, message: Message) -> None:
+        if not to.envelope.correlation_id or to.envelope.is_reply:
+            raise NotAnAsk(f"the message from {to.sender!r} is not an ask")
+        self._node.reply(self.name, to.envelope, to.source, message)
+
+    def watch(self, name: str) -> None:
+        self._system._watch(self.name, name)
+
+    def close(self) -> None:
+        self._system._inboxes.pop(self.name, None)
+        self._node.remove_local(self.name)
+        self._mailbox.close()
