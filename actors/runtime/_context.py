@@ -115,7 +115,7 @@ class LiveContext(Context):
 
     def __init__(self, cell: _Cell, seed: int) -> None:
         self._cell = cell
-        self._node = cell.system._node
+        self._node = cell.node
         self.name = cell.name
         self.random = random.Random(seed)
         self.log = cell.log
@@ -145,16 +145,16 @@ class LiveContext(Context):
         return self._node.names()
 
     def start_timer(self, key: str, delay: float, *, periodic: bool = False) -> None:
-        self._cell.system._timers.start(self._cell, key, delay, periodic)
+        self._cell.start_timer(key, delay, periodic)
 
     def cancel_timer(self, key: str) -> None:
-        self._cell.system._timers.cancel(self._cell, key)
+        self._cell.cancel_timer(key)
 
     def watch(self, name: str) -> None:
-        self._cell.system._watch(self.name, name)
+        self._cell.watch(name)
 
     def unwatch(self, name: str) -> None:
-        self._cell.system._unwatch(self.name, name)
+        self._cell.unwatch(name)
 
     def stop(self) -> None:
         self._cell.stopping = True

@@ -15,7 +15,7 @@ import os
 import subprocess
 import sys
 import threading
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import msgspec
@@ -74,7 +74,8 @@ class ChildProcess:
     """A process started by :meth:`ActorSystem.spawn_process`."""
 
     def __init__(self, system: Any, actors: list[ActorSpec], *, rank: int | None, env: Mapping[str, str] | None,
-                 takeover: bool = False, node_id: str | None = None, argv: list[str] | None = None) -> None:
+                 takeover: bool = False, node_id: str | None = None, argv: list[str] | None = None,
+                 on_exit: Callable[[str, int], None] | None = None) -> None:
         self.node_id = node_id or new_node_id()
         self.names = [a.name for a in actors]
         child_env = dict(os.environ)
@@ -91,6 +92,8 @@ class ChildProcess:
         self._log = get_logger(child=self.node_id, actors=self.names or argv[-1])
         self.process = subprocess.Popen(argv, env=child_env, stdin=subprocess.DEVNULL)
         self._system = system
+        #: Told ``(node id, status)`` the moment the process exits (the system reports its actors down).
+        self._on_exit = on_exit
         self._watcher = threading.Thread(target=self._watch, name=f"watch {self.node_id}", daemon=True)
         self._watcher.start()
 
@@ -106,8 +109,10 @@ class ChildProcess:
         code = self.process.wait()
         if code != 0:
             self._log.warning("child process exited", status=code)
+        if self._on_exit is None:
+            return
         try:
-            self._system._node.report_process_exit(self.node_id, code)
+            self._on_exit(self.node_id, code)
         except Exception:  # the system may be closing
             pass
 

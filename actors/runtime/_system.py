@@ -144,6 +144,24 @@ class _Cell:
         except SystemClosed:
             pass
 
+    # -- what the context asks of the system (any thread) ---------------
+
+    @property
+    def node(self) -> Node:
+        return self.system._node
+
+    def start_timer(self, key: str, delay: float, periodic: bool) -> None:
+        self.system._timers.start(self, key, delay, periodic)
+
+    def cancel_timer(self, key: str) -> None:
+        self.system._timers.cancel(self, key)
+
+    def watch(self, name: str) -> None:
+        self.system._watch(self.name, name)
+
+    def unwatch(self, name: str) -> None:
+        self.system._unwatch(self.name, name)
+
     def ask(self, target: str, message: Message, timeout: float | None) -> int:
         put = self.mailbox.put
         kind = type(message).wire_tag()
@@ -377,7 +395,8 @@ class ActorSystem:
         if self._record is not None:  # children record too, into the same directory
             env = {"ACTORWIRE_RECORD": self._record.directory,
                    "ACTORWIRE_RECORD_ACTORS": ",".join(self._record.actors), **(env or {})}
-        child = ChildProcess(self, specs, rank=rank, env=env, takeover=takeover)
+        child = ChildProcess(self, specs, rank=rank, env=env, takeover=takeover,
+                             on_exit=self._node.report_process_exit)
         self._children.append(child)
         if wait:
             for spec in specs:
@@ -402,7 +421,7 @@ class ActorSystem:
         if self._record is not None:
             env = {"ACTORWIRE_RECORD": self._record.directory,
                    "ACTORWIRE_RECORD_ACTORS": ",".join(self._record.actors), **(env or {})}
-        child = ChildProcess(self, [], rank=rank, env=env, argv=argv)
+        child = ChildProcess(self, [], rank=rank, env=env, argv=argv, on_exit=self._node.report_process_exit)
         self._children.append(child)
         return child
 
