@@ -7,12 +7,14 @@ nothing here sleeps to synchronise.
 from __future__ import annotations
 
 import os
+import subprocess
 from collections.abc import Callable, Iterator
 
 import pytest
 import structlog
 from hypothesis import HealthCheck, settings
 
+from actorwire.actors import ActorSystem, RuntimeConfig
 from actorwire.transport import _log
 from actorwire.transport._settings import reload_settings
 
@@ -42,13 +44,31 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.skip(reason=f"needs 2 CUDA devices; {devices} visible"))
 
 
-def stop_process(proc) -> None:  # type: ignore[no-untyped-def]
-    """Kill a test's child process, reap it and close its pipes (no ResourceWarning)."""
-    proc.kill()
-    proc.wait(10)
-    for stream in (proc.stdin, proc.stdout, proc.stderr):
-        if stream is not None:
-            stream.close()
+def stop_process(*procs: subprocess.Popen, timeout: float = 30) -> None:  # type: ignore[type-arg]
+    """Kill a test's child processes that still run, reap them and close their pipes (no ResourceWarning)."""
+    for proc in procs:
+        if proc.poll() is None:
+            proc.kill()
+        proc.wait(timeout)
+        for stream in (proc.stdin, proc.stdout, proc.stderr):
+            if stream is not None:
+                stream.close()
+
+
+@pytest.fixture
+def system(request: pytest.FixtureRequest) -> Iterator[ActorSystem]:
+    """A root ActorSystem, shut down after the test.
+
+    A test module picks its timeouts with ``SYSTEM_CONFIG = RuntimeConfig(...)``;
+    the default detects a dead peer within a second.
+    """
+    config = getattr(request.module, "SYSTEM_CONFIG", None) or RuntimeConfig(heartbeat_interval=0.1,
+                                                                               staleness_timeout=1.0)
+    s = ActorSystem(config=config)
+    try:
+        yield s
+    finally:
+        s.shutdown()
 
 
 @pytest.fixture(autouse=True)

@@ -12,6 +12,7 @@ import subprocess
 import sys
 
 import pytest
+from conftest import stop_process
 
 TESTS = pathlib.Path(__file__).parent
 
@@ -45,16 +46,6 @@ def _ranks(world: int, mode: str) -> list[subprocess.Popen]:
     return procs
 
 
-def _reap(procs: list[subprocess.Popen]) -> None:
-    for p in procs:
-        if p.poll() is None:
-            p.kill()
-        p.wait(30)
-        for f in (p.stdin, p.stdout):
-            if f is not None:
-                f.close()
-
-
 def test_every_collective_matches_torch_across_gpus() -> None:
     procs = _ranks(min(_gpus(), 4), "collectives")
     try:
@@ -62,7 +53,7 @@ def test_every_collective_matches_torch_across_gpus() -> None:
         codes = [p.wait(120) for p in procs]
         assert codes == [0] * len(procs) and outs == ["ok"] * len(procs), outs
     finally:
-        _reap(procs)
+        stop_process(*procs)
 
 
 def test_a_collective_whose_peer_was_killed_ends_in_an_error_not_a_hang() -> None:
@@ -76,7 +67,7 @@ def test_a_collective_whose_peer_was_killed_ends_in_an_error_not_a_hang() -> Non
         line = procs[0].stdout.readline().strip()  # type: ignore[union-attr]
         assert line.startswith(("CommTimeout", "CommUnhealthy")), line
     finally:
-        _reap(procs)
+        stop_process(*procs)
 
 
 def test_cuda_ipc_between_processes_on_different_gpus() -> None:

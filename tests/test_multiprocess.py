@@ -56,14 +56,7 @@ def no_leaks() -> Iterator[None]:
         os.kill(pid, signal.SIGKILL)
     assert not left, f"test left child processes behind: {sorted(left)}"
 
-
-@pytest.fixture
-def system() -> Iterator[ActorSystem]:
-    s = ActorSystem(config=FAST)
-    try:
-        yield s
-    finally:
-        s.shutdown()
+SYSTEM_CONFIG = FAST
 
 
 def attached(system: ActorSystem, actors: dict[str, str], *, takeover: bool = False,

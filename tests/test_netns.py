@@ -20,6 +20,7 @@ import time
 from collections.abc import Iterator
 
 import pytest
+from conftest import stop_process
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 TRAIN = ROOT / "examples" / "multinode" / "train.py"
@@ -126,15 +127,6 @@ def _env(keys: pathlib.Path, **extra: str) -> dict[str, str]:
     return env
 
 
-def _stop(procs: list[subprocess.Popen]) -> None:
-    for p in procs:
-        if p.poll() is None:
-            p.kill()
-        p.wait(20)
-        if p.stdout is not None:
-            p.stdout.close()
-
-
 @pytest.mark.parametrize("net", [["c", "w0", "w1", "w2"]], indirect=True)
 def test_a_host_cut_off_is_declared_dead_its_share_redistributed_and_the_run_ends_cleanly(
         net: Net, tmp_path: pathlib.Path) -> None:
@@ -166,7 +158,7 @@ def test_a_host_cut_off_is_declared_dead_its_share_redistributed_and_the_run_end
         for p in procs[1:3]:
             assert p.wait(60) == 0  # the survivors finished
     finally:
-        _stop(procs)
+        stop_process(*procs)
 
 
 @pytest.mark.parametrize("net", [["c", "x"]], indirect=True)
@@ -193,4 +185,4 @@ def test_a_host_without_the_key_gets_nothing_through(net: Net, tmp_path: pathlib
         stranger_out, _ = stranger.communicate(timeout=60)
         assert stranger.returncode != 0 and "joined" not in stranger_out
     finally:
-        _stop(procs)
+        stop_process(*procs)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import pytest
 from _actors import Echo
@@ -29,14 +29,6 @@ from actorwire.actors import (
 
 SYNC = m.SyncNow(cycle=1)
 
-
-@pytest.fixture
-def system() -> Iterator[ActorSystem]:
-    s = ActorSystem(config=RuntimeConfig(heartbeat_interval=0.1, staleness_timeout=1.0))
-    try:
-        yield s
-    finally:
-        s.shutdown()
 
 
 class Gate(Actor):

@@ -12,7 +12,6 @@ import os
 import pathlib
 import sys
 import time
-from collections.abc import Iterator
 
 import msgspec
 import pytest
@@ -25,14 +24,7 @@ TESTS = str(pathlib.Path(__file__).parent)
 TRAINER = [sys.executable, os.path.join(TESTS, "_weight_trainer.py")]
 FACTORY = "_weight_trainer:tiny_model"
 
-
-@pytest.fixture
-def system() -> Iterator[ActorSystem]:
-    s = ActorSystem(config=RuntimeConfig(heartbeat_interval=0.5, staleness_timeout=30.0))
-    try:
-        yield s
-    finally:
-        s.shutdown()
+SYSTEM_CONFIG = RuntimeConfig(heartbeat_interval=0.5, staleness_timeout=30.0)
 
 
 def _wait_file(path: pathlib.Path, timeout: float, procs: list) -> bytes:
