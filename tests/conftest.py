@@ -7,6 +7,7 @@ nothing here sleeps to synchronise.
 from __future__ import annotations
 
 import os
+import pathlib
 import subprocess
 from collections.abc import Callable, Iterator
 
@@ -17,6 +18,10 @@ from hypothesis import HealthCheck, settings
 from actorwire.actors import ActorSystem, RuntimeConfig
 from actorwire.transport import _log
 from actorwire.transport._settings import reload_settings
+
+#: The tests folder (helpers and data live here) and the repository root.
+TESTS = pathlib.Path(__file__).resolve().parent
+ROOT = TESTS.parent
 
 settings.register_profile(
     "ci", max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow]

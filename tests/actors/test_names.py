@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-import pathlib
 import re
 
-from actorwire.actors import _names
+from conftest import ROOT
 
-ROOT = pathlib.Path(__file__).resolve().parents[2]
+from actorwire.actors import _names
 
 
 def test_names_are_built_and_parsed_back() -> None:

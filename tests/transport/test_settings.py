@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import pathlib
 import re
 
 import pytest
+from conftest import ROOT
 
 from actorwire.transport._errors import ConfigError
 from actorwire.transport._settings import DOCS, Settings, table, variable
-
-ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 def test_the_docs_table_is_the_settings_table() -> None:

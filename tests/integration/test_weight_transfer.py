@@ -15,13 +15,14 @@ import time
 
 import msgspec
 import pytest
+from conftest import TESTS
 from test_multiprocess import ENV, no_leaks  # noqa: F401  (the fixture)
 
 from actorwire.actors import ActorSystem
 from actorwire.transport import RuntimeConfig
 
-TESTS = str(pathlib.Path(__file__).parent)
-TRAINER = [sys.executable, os.path.join(TESTS, "_weight_trainer.py")]
+TESTS_DIR = str(TESTS)
+TRAINER = [sys.executable, os.path.join(TESTS_DIR, "_weight_trainer.py")]
 FACTORY = "_weight_trainer:tiny_model"
 
 SYSTEM_CONFIG = RuntimeConfig(heartbeat_interval=0.5, staleness_timeout=30.0)

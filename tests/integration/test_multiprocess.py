@@ -16,6 +16,7 @@ from collections.abc import Callable, Iterator
 import msgspec
 import pytest
 import zmq
+from conftest import TESTS
 
 from actorwire import messages as m
 from actorwire.actors import (
@@ -32,8 +33,8 @@ from actorwire.transport._endpoints import new_node_id
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 
-TESTS = str(pathlib.Path(__file__).parent)
-ENV = {"PYTHONPATH": TESTS + os.pathsep + os.environ.get("PYTHONPATH", "")}
+TESTS_DIR = str(TESTS)
+ENV = {"PYTHONPATH": TESTS_DIR + os.pathsep + os.environ.get("PYTHONPATH", "")}
 FAST = RuntimeConfig(heartbeat_interval=0.2, staleness_timeout=1.0)
 
 

@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-import pathlib
 import subprocess
 import sys
 
 import pytest
-
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+from conftest import ROOT
 
 
 @pytest.mark.slow

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import os
-import pathlib
 
 import pytest
+from conftest import TESTS
 
 from actorwire import messages as m
 from actorwire.actors import ActorSystem
@@ -13,11 +13,11 @@ from actorwire.actors.control._coordinator import Coordinator
 from actorwire.actors.testing import ActorHarness
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
-TESTS = str(pathlib.Path(__file__).parent)
+TESTS_DIR = str(TESTS)
 
 
 def test_two_actor_workers_train_and_leave_cleanly() -> None:
-    env = {"PYTHONPATH": TESTS + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    env = {"PYTHONPATH": TESTS_DIR + os.pathsep + os.environ.get("PYTHONPATH", "")}
     with ActorSystem(run_id="gw") as system:
         inbox = system.inbox("main")
         system.spawn(Coordinator(world_size=2, run_id="gw", num_epochs=3, dataset_size=512, batch_size=32,

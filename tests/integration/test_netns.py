@@ -20,9 +20,8 @@ import time
 from collections.abc import Iterator
 
 import pytest
-from conftest import stop_process
+from conftest import ROOT, stop_process
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
 TRAIN = ROOT / "examples" / "multinode" / "train.py"
 
 pytestmark = [pytest.mark.timeout(240), pytest.mark.slow]

@@ -8,8 +8,8 @@ import sys
 import types
 
 import pytest
+from conftest import ROOT
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
 BLOCK = re.compile(r"^```python\n(.*?)^```", re.S | re.M)
 
 

@@ -9,8 +9,7 @@ import venv
 import zipfile
 
 import pytest
-
-ROOT = pathlib.Path(__file__).resolve().parent.parent
+from conftest import ROOT
 
 
 @pytest.fixture(scope="module")

@@ -7,11 +7,12 @@ import pathlib
 import re
 
 import msgspec
+from conftest import ROOT, TESTS
 
 from actorwire import messages, transport
 from actorwire import messages as m
 
-DATA = pathlib.Path(__file__).parent / "data"
+DATA = TESTS / "data"
 
 # Tags are part of every recording: renaming one breaks old logs.  This list
 # only ever grows.
@@ -135,7 +136,7 @@ def test_json_schema_covers_every_kind() -> None:
 
 def test_wire_protocol_doc_lists_the_catalog() -> None:
     """docs/wire-protocol.md's kind table is regenerated from the code; it must not drift."""
-    doc = (pathlib.Path(__file__).parent.parent / "docs" / "wire-protocol.md").read_text()
+    doc = (ROOT / "docs" / "wire-protocol.md").read_text()
     table = doc.split("<!-- kinds:begin -->")[1].split("<!-- kinds:end -->")[0]
     for info in m.describe():
         row = f"| `{info.kind}` | {info.name} | "
@@ -147,7 +148,7 @@ def test_wire_protocol_doc_lists_the_catalog() -> None:
 def test_wire_protocol_doc_lists_the_reserved_kinds() -> None:
     from actorwire.messages import reserved
 
-    doc = (pathlib.Path(__file__).parent.parent / "docs" / "wire-protocol.md").read_text()
+    doc = (ROOT / "docs" / "wire-protocol.md").read_text()
     listed = doc.split("<!-- reserved:begin -->")[1].split("<!-- reserved:end -->")[0]
     tags = {getattr(reserved, n).__struct_config__.tag for n in reserved.__all__
             if isinstance(getattr(reserved, n), type) and issubclass(getattr(reserved, n), msgspec.Struct)

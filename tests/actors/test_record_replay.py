@@ -11,6 +11,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 from _actors import Echo, Roller
+from conftest import TESTS
 
 from actorwire import messages as m
 from actorwire.actors import ActorSystem, Context, handler
@@ -19,7 +20,7 @@ from actorwire.actors.runtime._replay import load_records, replay
 from actorwire.transport.recording import In, Out
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
-TESTS = str(pathlib.Path(__file__).parent)
+TESTS_DIR = str(TESTS)
 
 
 @pytest.fixture(scope="module")
@@ -90,7 +91,7 @@ def test_replay_reports_extra_random_draws(recording: pathlib.Path) -> None:
 
 
 def test_replay_cli(recording: pathlib.Path) -> None:
-    env = {**os.environ, "PYTHONPATH": TESTS + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    env = {**os.environ, "PYTHONPATH": TESTS_DIR + os.pathsep + os.environ.get("PYTHONPATH", "")}
     ok = subprocess.run([sys.executable, "-m", "actorwire", "replay", str(recording), "--actor", "roller"],
                         capture_output=True, text=True, env=env, timeout=60)
     assert ok.returncode == 0 and ok.stdout.strip() == "10 messages replayed, 0 divergences"
@@ -100,7 +101,7 @@ def test_replay_cli(recording: pathlib.Path) -> None:
 
 
 def test_log_show_is_merged_in_time_order_and_filters(recording: pathlib.Path) -> None:
-    env = {**os.environ, "PYTHONPATH": TESTS + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    env = {**os.environ, "PYTHONPATH": TESTS_DIR + os.pathsep + os.environ.get("PYTHONPATH", "")}
     out = subprocess.run([sys.executable, "-m", "actorwire", "log", "show", str(recording), "--json"],
                          capture_output=True, text=True, env=env, timeout=60)
     assert out.returncode == 0, out.stderr
@@ -167,7 +168,7 @@ def test_corrupt_log_is_one_clear_line(recording: pathlib.Path, tmp_path: pathli
     data = bytearray(seg.read_bytes())
     data[len(data) // 2] ^= 0xFF
     seg.write_bytes(bytes(data))
-    env = {**os.environ, "PYTHONPATH": TESTS + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    env = {**os.environ, "PYTHONPATH": TESTS_DIR + os.pathsep + os.environ.get("PYTHONPATH", "")}
     bad = subprocess.run([sys.executable, "-m", "actorwire", "log", "stats", str(copy)], capture_output=True,
                          text=True, env=env, timeout=60)
     assert bad.returncode == 1
@@ -192,7 +193,7 @@ def test_where_is_safe() -> None:
 
 
 def test_log_tail_prints_and_follows(recording: pathlib.Path) -> None:
-    env = {**os.environ, "PYTHONPATH": TESTS + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    env = {**os.environ, "PYTHONPATH": TESTS_DIR + os.pathsep + os.environ.get("PYTHONPATH", "")}
     once = subprocess.run([sys.executable, "-m", "actorwire", "log", "tail", str(recording / "echo"), "--json"],
                           capture_output=True, text=True, env=env, timeout=60)
     assert once.returncode == 0

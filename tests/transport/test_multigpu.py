@@ -6,15 +6,12 @@ They need two or more GPUs and skip otherwise; ``make test-gpu`` runs them.
 from __future__ import annotations
 
 import os
-import pathlib
 import socket
 import subprocess
 import sys
 
 import pytest
-from conftest import stop_process
-
-TESTS = pathlib.Path(__file__).parent
+from conftest import TESTS, stop_process
 
 pytestmark = [pytest.mark.multigpu, pytest.mark.timeout(300)]
 

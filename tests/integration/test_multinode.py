@@ -9,10 +9,10 @@ import subprocess
 import sys
 
 import pytest
+from conftest import ROOT
 
 from actorwire.actors.runtime._launch import LaunchEnv, first_host, launch_env
 
-ROOT = pathlib.Path(__file__).resolve().parent.parent
 TRAIN = ROOT / "examples" / "multinode" / "train.py"
 
 
