@@ -18,7 +18,19 @@ import math
 import pathlib
 from typing import Any
 
-from actorwire.actors.control._ledger import EWMA, FINAL_EVAL, META_SCHEMA, CoordinatorConfig, RankState, add_metrics
+from actorwire.actors.control._ledger import (
+    EWMA,
+    FINAL_EVAL,
+    META_SCHEMA,
+    CoordinatorConfig,
+    RankState,
+    add_metrics,
+    aggregate,
+    by_speed,
+    join_refusal,
+    shares,
+    split_range,
+)
 from actorwire.actors.runtime._actor import Actor, handler
 from actorwire.actors.runtime._context import Context
 from actorwire.messages import (
@@ -140,7 +152,8 @@ class Coordinator(Actor):
 
     @handler
     def on_join(self, msg: JoinRequest, ctx: Context) -> None:
-        reason = self._join_refusal(msg, ctx.sender or "")
+        reason = join_refusal(self.settings, msg, started=self.phase != "joining", joined=self.ranks,
+                              signature=self.settings.model_signature or getattr(self, "_signature", ""))
         if reason is not None:
             ctx.log.warning("join refused", rank=msg.rank, reason=reason)
             if ctx.correlation_id:
@@ -163,23 +176,6 @@ class Coordinator(Actor):
         if self.settings.form_group:
             self._start_rendezvous(ctx)
         self._dispatch_epoch(ctx, 0)
-
-    def _join_refusal(self, msg: JoinRequest, sender: str) -> str | None:
-        c = self.settings
-        if self.phase != "joining":
-            return f"the run has started; rank {msg.rank} cannot join now"
-        if msg.run_id != c.run_id:
-            return f"run id {msg.run_id!r} is not this run's {c.run_id!r}"
-        if msg.world_size != c.world_size:
-            return f"world size {msg.world_size} does not match the run's {c.world_size}"
-        if msg.rank >= c.world_size:
-            return f"rank {msg.rank} is out of range for world size {c.world_size}"
-        if msg.rank in self.ranks:
-            return f"rank {msg.rank} already joined (from {self.ranks[msg.rank].name!r})"
-        expected = c.model_signature or getattr(self, "_signature", "")
-        if expected and msg.model_signature != expected:
-            return f"model signature {msg.model_signature!r} does not match {expected!r}"
-        return None
 
     # -- liveness -----------------------------------------------------------
 
@@ -260,15 +256,11 @@ class Coordinator(Actor):
             return
         survivors = self.alive()
         if remainder and self.phase == "running" and self.epoch >= 0:
-            share, extra = divmod(remainder, len(survivors))
-            start = offset + done
-            for i, s in enumerate(survivors):
-                n = share + (1 if i < extra else 0)
+            for s, (start, n) in zip(survivors, split_range(offset + done, remainder, len(survivors))):
                 if n:
                     ctx.tell(s.name, ExtendPartition(partition_offset=start, partition_size=n, epoch=self.epoch))
                     s.extended += n
                     s.ext_sent += 1
-                    start += n
         if len(survivors) >= 2 or self.settings.backend == "gloo":
             self._start_rendezvous(ctx)
         self._maybe_sync(ctx)
@@ -291,7 +283,7 @@ class Coordinator(Actor):
         if not survivors:
             return
         tried = set(self.rendezvous["tried"]) if self.rendezvous and not fresh else set()
-        candidates = [r for r in self._by_speed(survivors) if r.rank not in tried]
+        candidates = [r for r in by_speed(survivors) if r.rank not in tried]
         if not candidates:
             self._save_and_shutdown(ctx, self._unrecoverable() or SaveReason.SINGLE_SURVIVOR)
             return
@@ -338,15 +330,11 @@ class Coordinator(Actor):
 
     # -- roles ------------------------------------------------------------------
 
-    def _by_speed(self, ranks: list[RankState]) -> list[RankState]:
-        """Fastest first (lowest ms per batch); uncalibrated ranks by rank number."""
-        return sorted(ranks, key=lambda r: (r.ms_per_batch is None, r.ms_per_batch or 0.0, r.rank))
-
     def _elect_roles(self, ctx: Context, force: bool = False) -> None:
         alive = self.alive()
         if not alive:
             return
-        fastest = self._by_speed(alive)[0].rank
+        fastest = by_speed(alive)[0].rank
         live = {r.rank for r in alive}
         for role in ("eval_role", "checkpoint_role", "epoch_role"):
             if force or getattr(self, role) not in live:
@@ -354,19 +342,6 @@ class Coordinator(Actor):
         self.role_dirty = True
 
     # -- epochs -------------------------------------------------------------------
-
-    def _shares(self, alive: list[RankState]) -> list[int]:
-        total = self.settings.dataset_size
-        speeds = [r.ms_per_batch for r in alive]
-        if all(s is not None and s > 0 for s in speeds) and len(alive) > 1:
-            weights = [1.0 / s for s in speeds]  # type: ignore[operator]
-            raw = [total * w / sum(weights) for w in weights]
-            shares = [int(x) for x in raw]
-            for i in sorted(range(len(raw)), key=lambda i: raw[i] - shares[i], reverse=True)[: total - sum(shares)]:
-                shares[i] += 1
-            return shares
-        base, extra = divmod(total, len(alive))
-        return [base + (1 if i < extra else 0) for i in range(len(alive))]
 
     def _dispatch_epoch(self, ctx: Context, epoch: int) -> None:
         alive = self.alive()
@@ -386,7 +361,7 @@ class Coordinator(Actor):
             self._send_eval(ctx, epoch)
         self._sink(ctx, StartEpoch(epoch=epoch, partition_offset=0, partition_size=c.dataset_size))
         offset = 0
-        for r, size in zip(alive, self._shares(alive)):
+        for r, size in zip(alive, shares(self.settings.dataset_size, alive)):
             r.plan = (offset, size)
             r.extended = 0
             r.ext_sent = r.ext_done = 0
@@ -574,44 +549,15 @@ class Coordinator(Actor):
         reports = self.metrics.get(self.epoch, {})
         if not all(r.rank in reports and r.ext_done >= r.ext_sent for r in self.alive()):
             return  # a rank has not reported, or still works on a dead rank's remainder
-        aggregate = self._aggregate(self.epoch, reports)
-        self.history.append(aggregate)
-        self._tell_all(ctx, EpochAggregated(metrics=aggregate))
-        self._sink(ctx, aggregate)
+        metrics = aggregate(self.epoch, reports, max(self.ranks) + 1)
+        self.history.append(metrics)
+        self._tell_all(ctx, EpochAggregated(metrics=metrics))
+        self._sink(ctx, metrics)
         if self.epoch + 1 < self.settings.num_epochs:
             self._dispatch_epoch(ctx, self.epoch + 1)
         else:
             self.phase = "finishing"
             self._maybe_finish(ctx)
-
-    def _aggregate(self, epoch: int, reports: dict[int, MetricsMsg]) -> EpochMetrics:
-        n = max(self.ranks) + 1
-        batches = sum(m.batches_processed for m in reports.values()) or 1
-        scalar_sum: dict[str, float] = {}
-        scalar_count: dict[str, int] = {}
-        for m in reports.values():
-            for name, acc in m.scalars.items():
-                scalar_sum[name] = scalar_sum.get(name, 0.0) + acc.sum
-                scalar_count[name] = scalar_count.get(name, 0) + acc.count
-
-        def per(fn: Any, default: Any = 0.0) -> list[Any]:
-            return [fn(reports[i]) if i in reports else default for i in range(n)]
-
-        return EpochMetrics(
-            epoch=epoch,
-            avg_loss=sum(m.avg_loss * m.batches_processed for m in reports.values()) / batches,
-            epoch_ms=max(m.epoch_ms for m in reports.values()),
-            scalars={k: scalar_sum[k] / scalar_count[k] for k in sorted(scalar_sum) if scalar_count[k]},
-            per_rank=per(lambda m: {k: v.sum / v.count for k, v in m.scalars.items() if v.count}, {}),
-            per_rank_throughput=per(lambda m: m.samples_processed / m.share_complete_ms if m.share_complete_ms else 0.0),
-            per_rank_batch_share=per(lambda m: m.batches_processed / batches),
-            per_rank_share_complete_ms=per(lambda m: m.share_complete_ms),
-            per_rank_compute_only_ms=per(lambda m: m.compute_only_ms),
-            per_rank_data_starve_ms=per(lambda m: m.data_starve_ms),
-            per_rank_loss=per(lambda m: m.avg_loss, None),
-            per_rank_samples=per(lambda m: m.samples_processed, 0),
-            device_indices=[],
-        )
 
     # -- endings --------------------------------------------------------------------
 

@@ -1,15 +1,18 @@
 """What the coordinator is configured with and what it keeps per rank, apart from its rules.
 
 ``CoordinatorConfig`` (the run's shape and policies), ``RankState`` (one rank's
-progress and liveness as the coordinator knows them) and the arithmetic of
-merging one rank's progressive metrics reports.
+progress and liveness as the coordinator knows them) and the arithmetic the
+coordinator's rules use: merging a rank's progressive metrics reports, the
+run's epoch metrics, speed order and data shares.
 """
 
 from __future__ import annotations
 
+from typing import Any, Callable
+
 import msgspec
 
-from actorwire.messages import MetricsMsg
+from actorwire.messages import EpochMetrics, JoinRequest, MetricsMsg
 
 #: ``schedule_id`` of the single canonical eval at the end of the run.
 FINAL_EVAL = 2**63 - 1
@@ -107,3 +110,84 @@ def add_metrics(a: MetricsMsg, b: MetricsMsg) -> MetricsMsg:
         scalars=scalars,
         extensions=a.extensions + b.extensions,
     )
+
+
+def by_speed(ranks: list[RankState]) -> list[RankState]:
+    """Fastest first (lowest ms per batch); uncalibrated ranks by rank number."""
+    return sorted(ranks, key=lambda r: (r.ms_per_batch is None, r.ms_per_batch or 0.0, r.rank))
+
+
+def shares(total: int, alive: list[RankState]) -> list[int]:
+    """``total`` samples split over ``alive``, in proportion to speed once every rank is calibrated.
+
+    The split is exact (the parts sum to ``total``): largest remainders get the leftover samples.
+    """
+    speeds = [r.ms_per_batch for r in alive]
+    if len(alive) > 1 and all(s is not None and s > 0 for s in speeds):
+        weights = [1.0 / s for s in speeds if s]
+        raw = [total * w / sum(weights) for w in weights]
+        parts = [int(x) for x in raw]
+        for i in sorted(range(len(raw)), key=lambda i: raw[i] - parts[i], reverse=True)[: total - sum(parts)]:
+            parts[i] += 1
+        return parts
+    base, extra = divmod(total, len(alive))
+    return [base + (1 if i < extra else 0) for i in range(len(alive))]
+
+
+def aggregate(epoch: int, reports: dict[int, MetricsMsg], world: int) -> EpochMetrics:
+    """One epoch's reports (rank -> merged report) as the run's ``EpochMetrics``; per-rank lists span ``world``."""
+    batches = sum(m.batches_processed for m in reports.values()) or 1
+    scalar_sum: dict[str, float] = {}
+    scalar_count: dict[str, int] = {}
+    for m in reports.values():
+        for name, acc in m.scalars.items():
+            scalar_sum[name] = scalar_sum.get(name, 0.0) + acc.sum
+            scalar_count[name] = scalar_count.get(name, 0) + acc.count
+
+    def per(fn: Callable[[MetricsMsg], Any], default: Any = 0.0) -> list[Any]:
+        return [fn(reports[i]) if i in reports else default for i in range(world)]
+
+    return EpochMetrics(
+        epoch=epoch,
+        avg_loss=sum(m.avg_loss * m.batches_processed for m in reports.values()) / batches,
+        epoch_ms=max(m.epoch_ms for m in reports.values()),
+        scalars={k: scalar_sum[k] / scalar_count[k] for k in sorted(scalar_sum) if scalar_count[k]},
+        per_rank=per(lambda m: {k: v.sum / v.count for k, v in m.scalars.items() if v.count}, {}),
+        per_rank_throughput=per(lambda m: m.samples_processed / m.share_complete_ms if m.share_complete_ms else 0.0),
+        per_rank_batch_share=per(lambda m: m.batches_processed / batches),
+        per_rank_share_complete_ms=per(lambda m: m.share_complete_ms),
+        per_rank_compute_only_ms=per(lambda m: m.compute_only_ms),
+        per_rank_data_starve_ms=per(lambda m: m.data_starve_ms),
+        per_rank_loss=per(lambda m: m.avg_loss, None),
+        per_rank_samples=per(lambda m: m.samples_processed, 0),
+        device_indices=[],
+    )
+
+
+def split_range(start: int, size: int, parts: int) -> list[tuple[int, int]]:
+    """``[start, start + size)`` cut into ``parts`` consecutive (offset, size) pieces, the first ones larger by one."""
+    share, extra = divmod(size, parts)
+    pieces = []
+    for i in range(parts):
+        n = share + (1 if i < extra else 0)
+        pieces.append((start, n))
+        start += n
+    return pieces
+
+
+def join_refusal(c: CoordinatorConfig, msg: JoinRequest, *, started: bool, joined: dict[int, RankState],
+                 signature: str) -> str | None:
+    """Why ``msg`` may not join the run, or None when it may."""
+    if started:
+        return f"the run has started; rank {msg.rank} cannot join now"
+    if msg.run_id != c.run_id:
+        return f"run id {msg.run_id!r} is not this run's {c.run_id!r}"
+    if msg.world_size != c.world_size:
+        return f"world size {msg.world_size} does not match the run's {c.world_size}"
+    if msg.rank >= c.world_size:
+        return f"rank {msg.rank} is out of range for world size {c.world_size}"
+    if msg.rank in joined:
+        return f"rank {msg.rank} already joined (from {joined[msg.rank].name!r})"
+    if signature and msg.model_signature != signature:
+        return f"model signature {msg.model_signature!r} does not match {signature!r}"
+    return None
