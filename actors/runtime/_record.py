@@ -3,35 +3,27 @@
 Switched on per system (``ActorSystem(record=DIR)``) or by the environment
 (``ACTORWIRE_RECORD=DIR``, optionally ``ACTORWIRE_RECORD_ACTORS="coordinator,worker/*"``),
 with no change to the actors.  Each recorded actor writes its own log (see
-:mod:`actorwire.transport.recording._format`); :mod:`._replay` reads it back.
+:mod:`actorwire.transport.recording`); the context that feeds the recorder is
+:class:`~._context.RecordingContext`, and :mod:`._replay` reads the log back.
 """
 
 from __future__ import annotations
 
 import fnmatch
-import random
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import msgspec
 
-from actorwire.actors.runtime._context import LiveContext
 from actorwire.messages import Envelope, Message
 from actorwire.transport._settings import settings
 from actorwire.transport.recording import (
     Begin,
-    Clock,
-    Draw,
-    Effect,
     In,
     LogHeader,
-    Out,
     SegmentWriter,
     row,
 )
-
-if TYPE_CHECKING:
-    from actorwire.actors.runtime._system import _Cell
 
 _FLUSH_EVERY_S = 0.2
 
@@ -103,90 +95,3 @@ class Recorder:
 
     def close(self) -> None:
         self.writer.close()
-
-
-class _RecordingRandom(random.Random):
-    """``random.Random`` whose two primitives (all others derive from them) are logged."""
-
-    def __init__(self, seed: int, recorder: Recorder) -> None:
-        self._recorder = recorder
-        super().__init__(seed)
-
-    def random(self) -> float:
-        value = super().random()
-        self._recorder.write(Draw(self._recorder.index, value))
-        return value
-
-    def getrandbits(self, k: int) -> int:
-        value = super().getrandbits(k)
-        self._recorder.write(Draw(self._recorder.index, value, k))
-        return value
-
-
-class RecordingContext(LiveContext):
-    """The live context, with every read of time and randomness and every effect logged."""
-
-    def __init__(self, cell: _Cell, seed: int, recorder: Recorder) -> None:
-        super().__init__(cell, seed)
-        self.recorder = recorder
-        self.random = _RecordingRandom(seed, recorder)
-
-    def now(self) -> float:
-        value = time.monotonic()
-        self.recorder.write(Clock(self.recorder.index, value))
-        return value
-
-    def wall(self) -> float:
-        value = time.time()
-        self.recorder.write(Clock(self.recorder.index, value, True))
-        return value
-
-    def tell(self, target: str, message: Message, *, timeout: float | None = None) -> None:
-        _, sent = self._node.send_record(self.name, target, message, timeout=timeout,
-                                         trace_id=self.envelope.trace_id if self.envelope is not None else None)
-        index = self.recorder.index
-        if isinstance(sent, bytes):  # the wire record: copied, not encoded again
-            self.recorder.write(row(Out, index, "tell", time.time_ns(), msgspec.Raw(sent)))
-        else:
-            self.recorder.write(row(Out, index, "tell", time.time_ns(), (sent, message)))
-
-    def ask(self, target: str, message: Message, *, timeout: float | None = None) -> int:
-        corr = self._cell.ask(target, message, timeout)
-        self._log_out("ask", target, corr, message)
-        return corr
-
-    def reply(self, message: Message) -> None:
-        super().reply(message)
-        envelope = self.envelope
-        assert envelope is not None
-        self._log_out("reply", envelope.sender, envelope.correlation_id, message)
-
-    def _log_out(self, how: str, target: str, corr: int, message: Message) -> None:
-        sent = Envelope(sender=self.name, target=target, seq=self._node.last_seq(self.name), correlation_id=corr,
-                        is_reply=how == "reply", wall_ns=time.time_ns())
-        self.recorder.write(Out(self.recorder.index, how, sent.wall_ns, (sent, message)))
-
-    def names(self) -> list[str]:
-        names = super().names()
-        self.recorder.write(Effect(self.recorder.index, "names", "\n".join(names)))
-        return names
-
-    def start_timer(self, key: str, delay: float, *, periodic: bool = False) -> None:
-        super().start_timer(key, delay, periodic=periodic)
-        self.recorder.write(Effect(self.recorder.index, "start_timer", key, delay, periodic))
-
-    def cancel_timer(self, key: str) -> None:
-        super().cancel_timer(key)
-        self.recorder.write(Effect(self.recorder.index, "cancel_timer", key))
-
-    def watch(self, name: str) -> None:
-        super().watch(name)
-        self.recorder.write(Effect(self.recorder.index, "watch", name))
-
-    def unwatch(self, name: str) -> None:
-        super().unwatch(name)
-        self.recorder.write(Effect(self.recorder.index, "unwatch", name))
-
-    def stop(self) -> None:
-        super().stop()
-        self.recorder.write(Effect(self.recorder.index, "stop"))

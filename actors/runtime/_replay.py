@@ -15,17 +15,15 @@ from __future__ import annotations
 
 import dataclasses
 import pathlib
-import random
 from collections.abc import Callable
 from typing import Any
 
 import msgspec
 
 from actorwire.actors.runtime._actor import Actor, dispatch
-from actorwire.actors.runtime._context import Context
+from actorwire.actors.runtime._context import ReplayContext, ReplayExhausted, Sent
 from actorwire.actors.runtime._launch import ActorSpec, load_actor
-from actorwire.actors.runtime._testkit import FakeContext, Sent
-from actorwire.messages import ActorwireError, Message
+from actorwire.messages import Message
 from actorwire.transport.recording import (
     Begin,
     Clock,
@@ -39,10 +37,6 @@ from actorwire.transport.recording import (
     actor_dir_name,
     actor_logs,
 )
-
-
-class ReplayExhausted(ActorwireError):
-    """The replayed code read more of the clock or of the random generator than was recorded."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -78,106 +72,6 @@ class ReplayReport:
         if self.ok:
             return head
         return head + "\n" + self.divergences[0].describe()
-
-
-class _ReplayRandom(random.Random):
-    def __init__(self, draws: list[Draw]) -> None:
-        self._draws = draws
-        self._next = 0
-        super().__init__(0)
-
-    def _take(self, what: str) -> Draw:
-        if self._next >= len(self._draws):
-            raise ReplayExhausted(f"the code drew {what} more often than the recording did")
-        draw = self._draws[self._next]
-        self._next += 1
-        return draw
-
-    def random(self) -> float:
-        draw = self._take("random()")
-        if draw.bits:
-            raise ReplayExhausted(f"the code called random() where the recording drew getrandbits({draw.bits})")
-        return float(draw.value)
-
-    def getrandbits(self, k: int) -> int:
-        if not hasattr(self, "_draws"):  # random.Random.__init__ seeds through here
-            return super().getrandbits(k)
-        draw = self._take(f"getrandbits({k})")
-        if draw.bits != k:
-            raise ReplayExhausted(f"the code called getrandbits({k}) where the recording drew something else")
-        return int(draw.value)
-
-
-class _QuietLog:
-    def _drop(self, *args: Any, **kwargs: Any) -> None:
-        pass
-
-    debug = info = warning = error = exception = _drop
-
-
-class _ReplayContext(FakeContext):
-    """A virtual-clock context whose clock, randomness and name list come from the log."""
-
-    def __init__(self, name: str, draws: list[Draw]) -> None:
-        super().__init__(name)
-        self.random = _ReplayRandom(draws)
-        self.log = _QuietLog()  # the recording already holds what the live run logged
-        self.clock_reads: list[Clock] = []
-        self.names_reads: list[list[str]] = []
-        #: Sends and effects of the current handler, in the order they happened.
-        self.emitted: list[Any] = []
-
-    def _check(self, target: str) -> None:
-        pass  # the recorded system knew its names; replay sends wherever the code says
-
-    def tell(self, target: str, message: Message, *, timeout: float | None = None) -> None:
-        super().tell(target, message, timeout=timeout)
-        self.emitted.append(self.outbox[-1])
-
-    def ask(self, target: str, message: Message, *, timeout: float | None = None) -> int:
-        corr = super().ask(target, message, timeout=timeout)
-        self.emitted.append(self.outbox[-1])
-        return corr
-
-    def reply(self, message: Message) -> None:
-        super().reply(message)
-        self.emitted.append(self.outbox[-1])
-
-    broadcast = Context.broadcast  # by the recorded name list, as live
-
-    def now(self) -> float:
-        return self._read(False)
-
-    def wall(self) -> float:
-        return self._read(True)
-
-    def _read(self, wall: bool) -> float:
-        while self.clock_reads:
-            reading = self.clock_reads.pop(0)
-            if reading.wall == wall:
-                return reading.value
-        raise ReplayExhausted(f"the code read ctx.{'wall' if wall else 'now'}() more often than the recording did")
-
-    def names(self) -> list[str]:
-        if not self.names_reads:
-            raise ReplayExhausted("the code called ctx.names() (or broadcast) more often than the recording did")
-        return self.names_reads.pop(0)
-
-    def start_timer(self, key: str, delay: float, *, periodic: bool = False) -> None:
-        self.emitted.append(("start_timer", key, delay, periodic))
-
-    def cancel_timer(self, key: str) -> None:
-        self.emitted.append(("cancel_timer", key, 0.0, False))
-
-    def watch(self, name: str) -> None:
-        self.emitted.append(("watch", name, 0.0, False))
-
-    def unwatch(self, name: str) -> None:
-        self.emitted.append(("unwatch", name, 0.0, False))
-
-    def stop(self) -> None:
-        self.stopped = True
-        self.emitted.append(("stop", "", 0.0, False))
 
 
 def _field_diff(expected: Any, got: Any, path: str = "") -> list[str]:
@@ -275,7 +169,7 @@ def replay(
     instance = actor_factory(header) if actor_factory else load_actor(
         ActorSpec(header.actor, header.actor_class, header.config))
     draws = [r for r in records if isinstance(r, Draw)]
-    ctx = _ReplayContext(header.actor, draws)
+    ctx = ReplayContext(header.actor, draws)
     by_index: dict[int, dict[str, list[Any]]] = {}
     inbox: list[In] = []
     errors: dict[int, str | None] = {}

@@ -16,10 +16,10 @@ import uuid
 from typing import Any, TypeVar, overload
 
 from actorwire.actors.runtime._actor import Actor, dispatch
-from actorwire.actors.runtime._context import LiveContext
+from actorwire.actors.runtime._context import LiveContext, RecordingContext
 from actorwire.actors.runtime._inbox import Inbox
 from actorwire.actors.runtime._launch import ActorSpec, ChildProcess, set_process_title
-from actorwire.actors.runtime._record import Recorder, RecordingContext, RecordSettings
+from actorwire.actors.runtime._record import Recorder, RecordSettings
 from actorwire.actors.runtime._timers import Timers
 from actorwire.messages import (
     AskFailed,

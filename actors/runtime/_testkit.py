@@ -9,21 +9,18 @@ in, move the clock, and assert on what came out::
     h.advance(3.5)                       # due timers fire, in order
     assert h.sent_to("worker/0") == [StartEpoch(...)]
 
-The replay harness builds on the same context.
+The replay harness builds on the same context (both live in :mod:`._context`).
 """
 
 from __future__ import annotations
 
-import dataclasses
-import fnmatch
 import heapq
 import itertools
-import random
 from collections.abc import Iterable
 from typing import Any
 
 from actorwire.actors.runtime._actor import Actor, dispatch
-from actorwire.actors.runtime._context import Context
+from actorwire.actors.runtime._context import FakeContext, Sent
 from actorwire.messages import (
     AskFailed,
     Down,
@@ -33,95 +30,6 @@ from actorwire.messages import (
     Message,
     TimerFired,
 )
-from actorwire.transport._errors import NotAnAsk, UnknownActor
-from actorwire.transport._log import get_logger
-
-
-@dataclasses.dataclass(frozen=True)
-class Sent:
-    """One message the actor sent (``kind`` is tell, ask, reply)."""
-
-    target: str
-    message: Message
-    kind: str = "tell"
-    correlation_id: int = 0
-
-
-class FakeContext(Context):
-    """A context with a virtual clock that records every effect."""
-
-    def __init__(self, name: str, *, now: float = 0.0, seed: int = 0, names: Iterable[str] = (),
-                 wall_offset: float = 1.7e9) -> None:
-        self.name = name
-        self.clock = now
-        self.wall_offset = wall_offset
-        self.random = random.Random(seed)
-        self.log = get_logger(actor=name, harness=True)
-        self.envelope = None
-        self.known: set[str] = set(names) | {name}
-        self.outbox: list[Sent] = []
-        self.timers: dict[str, tuple[float, float, int]] = {}  # key -> (due, period, count)
-        self.watched: set[str] = set()
-        self.stopped = False
-        self._corr = itertools.count(1)
-        self.pending_asks: dict[int, tuple[str, str, float]] = {}  # corr -> (target, kind, deadline)
-
-    def now(self) -> float:
-        return self.clock
-
-    def wall(self) -> float:
-        return self.clock + self.wall_offset
-
-    def _check(self, target: str) -> None:
-        if target not in self.known:
-            raise UnknownActor(target, self.known)
-
-    def tell(self, target: str, message: Message, *, timeout: float | None = None) -> None:
-        self._check(target)
-        self.outbox.append(Sent(target, message))
-
-    def ask(self, target: str, message: Message, *, timeout: float | None = None) -> int:
-        self._check(target)
-        corr = next(self._corr)
-        self.pending_asks[corr] = (target, type(message).wire_tag(), self.clock + (30.0 if timeout is None else timeout))
-        self.outbox.append(Sent(target, message, "ask", corr))
-        return corr
-
-    def reply(self, message: Message) -> None:
-        envelope = self.envelope
-        if envelope is None or not envelope.correlation_id or envelope.is_reply:
-            raise NotAnAsk(f"{self.name}: reply() outside the handling of an ask")
-        self.outbox.append(Sent(envelope.sender, message, "reply", envelope.correlation_id))
-
-    def names(self) -> list[str]:
-        return sorted(self.known)
-
-    def broadcast(self, group: str | Iterable[str], message: Message) -> list[str]:
-        if isinstance(group, str):
-            targets = sorted(n for n in self.known if fnmatch.fnmatchcase(n, group) and n != self.name)
-        else:
-            targets = list(group)
-        for target in targets:
-            self.tell(target, message)
-        return targets
-
-    def start_timer(self, key: str, delay: float, *, periodic: bool = False) -> None:
-        if delay < 0 or (periodic and delay == 0):
-            raise ValueError(f"timer {key!r}: bad delay {delay}")
-        self.timers[key] = (self.clock + delay, delay if periodic else 0.0, 1)
-
-    def cancel_timer(self, key: str) -> None:
-        self.timers.pop(key, None)
-
-    def watch(self, name: str) -> None:
-        self._check(name)
-        self.watched.add(name)
-
-    def unwatch(self, name: str) -> None:
-        self.watched.discard(name)
-
-    def stop(self) -> None:
-        self.stopped = True
 
 
 class ActorHarness:
