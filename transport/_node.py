@@ -357,23 +357,29 @@ class Node:
             self.close()
             raise self._join_error
 
-    def close(self, timeout: float = 5.0) -> None:
-        """Leave cleanly: announce the exit, give queued messages ``timeout`` s to be handled."""
+    def close(self, timeout: float = 5.0, *, announce: bool = True) -> None:
+        """Leave: announce the exit, give queued messages ``timeout`` s to be handled.
+
+        ``announce=False`` leaves as a crash does: no NodeExiting, no wait for
+        acknowledgements, so peers see a death rather than a clean exit.
+        """
         if self._closed:
             return
         self._closing = True
         if self._thread.is_alive():
-            if self._root_id is not None:
-                self._command(("exiting",))
-            deadline = time.monotonic() + self.config.scaled(timeout)
-            while time.monotonic() < deadline and any(p.unacked for p in list(self._pairs.values())):
-                time.sleep(0.005)
-            left = sum(len(p.unacked) for p in list(self._pairs.values()))
-            if left:
-                self._log.error("closing with unhandled messages", count=left)
+            if announce:
+                if self._root_id is not None:
+                    self._command(("exiting",))
+                deadline = time.monotonic() + self.config.scaled(timeout)
+                while time.monotonic() < deadline and any(p.unacked for p in list(self._pairs.values())):
+                    time.sleep(0.005)
+                left = sum(len(p.unacked) for p in list(self._pairs.values()))
+                if left:
+                    self._log.error("closing with unhandled messages", count=left)
             self._stop.set()
             self._wake()
-            self._thread.join(timeout=self.config.scaled(timeout))
+            # The sockets close below: the I/O thread must be out of its poll first.
+            self._thread.join(timeout=self.config.scaled(max(timeout, 2.0)))
         self._closed = True
         self._fail_all_asks(SystemClosed("the actor system was shut down"))
         self._close_sockets()

@@ -423,10 +423,9 @@ class Worker:
         self._beating.set()
         record = self._write_death_record(exc)
         self.log.error("worker left without finish(); no Exiting sent", death_record=record)
-        try:
-            self.system._node.close(timeout=0.5)  # leave abruptly: peers must see a death, not an exit
-        except Exception:
-            pass
+        if self.comm is not None:
+            self.comm.abort()
+        self.system.shutdown(timeout=0.5, clean=False)  # peers must see a death, not an exit
         if exc_type is None:
             raise SystemExit(1)
 

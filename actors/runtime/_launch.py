@@ -231,7 +231,7 @@ def attach(**overrides: Any) -> Any:
     missing = [n for n, v in (("ACTORWIRE_JOIN (or MASTER_ADDR, or SLURM_NODELIST)", join),
                               ("ACTORWIRE_RUN_ID (or TORCHELASTIC_RUN_ID, or SLURM_JOB_ID)", run_id)) if not v]
     if missing:
-        raise RuntimeError(f"attach(): {' and '.join(missing)} not set in the environment")
+        raise ConfigError(f"attach(): {' and '.join(missing)} not set in the environment")
     rank = overrides.pop("rank", None)
     if rank is None:
         rank = found.rank

@@ -566,14 +566,19 @@ class ActorSystem:
         if self._closed:
             raise SystemClosed("the actor system was shut down")
 
-    def shutdown(self, timeout: float = 10.0) -> None:
+    def shutdown(self, timeout: float = 10.0, *, clean: bool = True) -> None:
         """Stop every local actor (after its queued messages), leave the system, close sockets.
 
-        Idempotent.  Asks still waiting fail with ``SystemClosed``.
+        Idempotent.  Asks still waiting fail with ``SystemClosed``.  ``clean=False``
+        is how a process that failed leaves: nothing is announced and nothing
+        waited for, so every peer watching this node's actors sees them die
+        (``Down`` with reason dead), never a clean exit.
         """
         if self._closed:
             return
         self._closed = True
+        if not clean:
+            self._node.close(timeout=0.0, announce=False)
         for name in list(self._cells):
             cell = self._cells.get(name)
             if cell is not None:

@@ -25,6 +25,7 @@ from actorwire.actors import (
     ActorSystem,
     AskTimeout,
     BackpressureTimeout,
+    Inbox,
     RuntimeConfig,
 )
 from actorwire.actors.runtime._launch import ChildSpec
@@ -162,6 +163,37 @@ def test_clean_exit_is_not_reported_as_death(system: ActorSystem) -> None:
     assert inbox.get(timeout=1.5) is None
     with pytest.raises(ActorDead, match="actor 'q' is exited"):
         system.tell("q", m.SyncNow())
+
+
+def test_an_error_exit_is_never_announced_as_a_clean_one(system: ActorSystem, tmp_path: pathlib.Path) -> None:
+    inbox = system.inbox("watcher")
+    coordinator = system.inbox("coordinator")  # stands in for the Coordinator: it admits rank 0
+    with subprocess.Popen([sys.executable, str(TESTS / "_crash_member.py"), system.endpoint, system.run_id,
+                           str(tmp_path)], env={**os.environ, **ENV}, stdin=subprocess.PIPE,
+                          stdout=subprocess.PIPE, text=True) as proc:
+        _crash_and_watch(system, proc, coordinator, inbox, tmp_path)
+
+
+def _crash_and_watch(system: ActorSystem, proc: subprocess.Popen, coordinator: Inbox, inbox: Inbox,
+                     tmp_path: pathlib.Path) -> None:
+    try:
+        join = coordinator.get(timeout=30)
+        assert join is not None and isinstance(join.message, m.JoinRequest)
+        coordinator.reply(join, m.JoinAccepted(rank=0, world_size=1))
+        assert proc.stdout is not None and proc.stdout.readline() == "ready\n"
+        system.wait_for("victim", timeout=30)
+        inbox.watch("victim")
+        assert proc.stdin is not None
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+        got = inbox.get(timeout=10)
+        assert got is not None and isinstance(got.message, m.Down)
+        assert got.message.reason is not m.DownReason.EXITED, got.message
+        assert proc.wait(10) == 1
+        assert list(tmp_path.glob("*.death.json"))
+    finally:
+        proc.kill()
+        proc.wait(10)
 
 
 def test_backpressure_against_a_stalled_remote_receiver() -> None:
