@@ -7,6 +7,7 @@ from typing import Union
 
 from . import _control, _metrics, _rendezvous, _runtime, _timing, _weights
 from ._base import Message
+from ._errors import NotFound
 
 
 def _members(union: object) -> tuple[type[Message], ...]:
@@ -39,4 +40,4 @@ def message_type(kind: str) -> type[Message]:
     try:
         return BY_KIND[kind]
     except KeyError:
-        raise KeyError(f"no message kind is tagged {kind!r}") from None
+        raise NotFound(f"no message kind is tagged {kind!r}") from None

@@ -23,10 +23,12 @@ from ._catalog import BY_KIND, AnyMessage
 from ._envelope import PROTOCOL_VERSION, Envelope
 from ._errors import (
     DecodeError,
+    InvalidArgument,
     MalformedMessage,
     MessageTooLarge,
     ProtocolVersionMismatch,
     UnknownMessage,
+    WrongType,
 )
 
 #: Default cap on one message (envelope plus body): control messages are small, and a
@@ -48,7 +50,7 @@ class Codec:
 
     def __init__(self, *, max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE) -> None:
         if max_message_size <= 0:
-            raise ValueError(f"max_message_size must be positive, got {max_message_size}")
+            raise InvalidArgument(f"max_message_size must be positive, got {max_message_size}")
         self.max_message_size = max_message_size
         self._encoder = msgspec.msgpack.Encoder()
         self._body = msgspec.msgpack.Decoder(AnyMessage)
@@ -61,7 +63,7 @@ class Codec:
 
     def encode_message(self, message: Message) -> bytes:
         if not isinstance(message, Message):
-            raise TypeError(f"expected an actorwire message, got {type(message).__name__}")
+            raise WrongType(f"expected an actorwire message, got {type(message).__name__}")
         return self._encoder.encode(message)
 
     def encode_envelope(self, envelope: Envelope) -> bytes:
@@ -118,7 +120,7 @@ class Codec:
     def encode_record(self, envelope: Envelope, message: Message) -> bytes:
         """One ``[envelope, body]`` pair, ready to join a batch frame."""
         if not isinstance(message, Message):
-            raise TypeError(f"expected an actorwire message, got {type(message).__name__}")
+            raise WrongType(f"expected an actorwire message, got {type(message).__name__}")
         encode = self._encoder.encode
         return b"\x92" + encode(envelope) + encode(message)
 
@@ -133,7 +135,7 @@ class Codec:
         bytes are identical; a test pins that.
         """
         if not isinstance(message, Message):
-            raise TypeError(f"expected an actorwire message, got {type(message).__name__}")
+            raise WrongType(f"expected an actorwire message, got {type(message).__name__}")
         return self._encoder.encode(
             ((PROTOCOL_VERSION, sender, target, seq, correlation_id, is_reply, mono_ns, wall_ns, trace_id),
              message)

@@ -26,6 +26,26 @@ class UsageError(ActorwireError):
     """Local misuse: the calling code broke a rule of the API."""
 
 
+class InvalidArgument(UsageError, ValueError):
+    """An argument the call cannot take (a name already in use, an endpoint that cannot be reached)."""
+
+
+class WrongType(UsageError, TypeError):
+    """An argument of the wrong type (``spawn()`` of something that is not an Actor)."""
+
+
+class NotFound(UsageError, LookupError):
+    """A lookup by a name or id the caller gave found nothing (a message kind, a consumer's ring)."""
+
+
+class NoSuchFile(UsageError, FileNotFoundError):
+    """A path the caller gave does not exist (a recording, a key file)."""
+
+
+class AlreadyExists(UsageError, FileExistsError):
+    """A file the call would create is already there."""
+
+
 class PeerError(ActorwireError):
     """A peer misbehaved: it sent what the protocol does not allow."""
 

@@ -15,6 +15,7 @@ import msgspec
 
 from ._base import Count, Record
 from ._enums import Plane
+from ._errors import InvalidArgument
 
 Dim = Annotated[int, msgspec.Meta(ge=0)]
 
@@ -42,6 +43,6 @@ class TensorRef(Record, frozen=True):
 
     def __post_init__(self) -> None:
         if len(self.stride) != len(self.shape):
-            raise ValueError(
+            raise InvalidArgument(
                 f"stride has {len(self.stride)} dims but shape has {len(self.shape)}"
             )

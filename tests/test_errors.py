@@ -57,3 +57,32 @@ def test_bad_arguments_to_a_system_are_usage_errors() -> None:
         with pytest.raises(UsageError, match="^an actor named 'taken' already runs in this process$"):
             system.inbox("taken")
 
+
+
+# Builtins a library may raise on purpose: none of them is an error of ours.
+_NOT_ERRORS = {"AssertionError", "SystemExit", "KeyboardInterrupt", "NotImplementedError", "StopIteration", "GeneratorExit"}
+
+
+def test_every_raise_names_an_actorwire_error() -> None:
+    """Scans each module's ``raise X(...)``: X must resolve, in that module, to one of our errors."""
+    import ast
+    import builtins
+    import inspect
+
+    strays = []
+    for name in _all_modules():
+        module = importlib.import_module(name)
+        if name.startswith("actorwire.messages._schema"):
+            continue  # sample generation for tests of the catalog, not a runtime path
+        tree = ast.parse(inspect.getsource(module))
+        for node in ast.walk(tree):
+            if not (isinstance(node, ast.Raise) and isinstance(node.exc, ast.Call)
+                    and isinstance(node.exc.func, ast.Name)):
+                continue
+            raised = node.exc.func.id
+            value = getattr(module, raised, getattr(builtins, raised, None))
+            if raised in _NOT_ERRORS or not isinstance(value, type):
+                continue  # a local name (e.g. an exception class bound in an except clause)
+            if not issubclass(value, ActorwireError):
+                strays.append(f"{name}:{node.lineno} raises {raised}")
+    assert strays == [], "\n".join(strays)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import msgspec
 
 from actorwire.messages import DEFAULT_MAX_MESSAGE_SIZE
+from actorwire.transport._errors import InvalidArgument
 from actorwire.transport._settings import settings
 
 
@@ -40,14 +41,14 @@ class RuntimeConfig(msgspec.Struct, frozen=True, kw_only=True):
         for name in ("heartbeat_interval", "staleness_timeout", "ask_timeout", "send_timeout",
                      "retransmit_after", "timeout_scale"):
             if getattr(self, name) <= 0:
-                raise ValueError(f"{name} must be positive, got {getattr(self, name)}")
+                raise InvalidArgument(f"{name} must be positive, got {getattr(self, name)}")
         if self.staleness_timeout <= self.heartbeat_interval:
-            raise ValueError(
+            raise InvalidArgument(
                 f"staleness_timeout ({self.staleness_timeout} s) must exceed "
                 f"heartbeat_interval ({self.heartbeat_interval} s)"
             )
         if self.window < 2 or self.mailbox_capacity < 1:
-            raise ValueError("window must be >= 2 and mailbox_capacity >= 1")
+            raise InvalidArgument("window must be >= 2 and mailbox_capacity >= 1")
 
     def scaled(self, seconds: float) -> float:
         return seconds * self.timeout_scale

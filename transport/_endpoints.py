@@ -15,6 +15,7 @@ import pathlib
 import secrets
 import socket
 
+from actorwire.transport._errors import InvalidArgument
 from actorwire.transport._settings import settings
 
 #: Unix socket paths are limited to 107 bytes; keep ours well under.
@@ -40,7 +41,7 @@ def ipc_endpoint(run_id: str, node_id: str) -> str:
     if len(str(path)) > _MAX_IPC_PATH:
         path = run_dir(run_id) / f"{hashlib.sha256(node_id.encode()).hexdigest()[:16]}.sock"
     if len(str(path)) > _MAX_IPC_PATH:
-        raise ValueError(
+        raise InvalidArgument(
             f"ipc socket path {path} is too long; set ACTORWIRE_RUNTIME_DIR to a shorter directory"
         )
     return f"ipc://{path}"
@@ -64,7 +65,7 @@ def pick_endpoint(endpoints: list[str], peer_host: str, my_host: str, *, prefer_
     for tests and benchmarks of the tcp path.
     """
     if not endpoints:
-        raise ValueError("peer advertised no endpoints")
+        raise InvalidArgument("peer advertised no endpoints")
     same_host = peer_host == my_host and not (prefer_tcp and any(is_tcp(e) for e in endpoints))
     for endpoint in endpoints:
         if same_host and endpoint.startswith("ipc://"):

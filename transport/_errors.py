@@ -11,7 +11,10 @@ from __future__ import annotations
 import difflib
 from collections.abc import Iterable
 
-from actorwire.messages import ActorwireError, DownReason, ErrorCode, UsageError
+from actorwire.messages import ActorwireError, DownReason, ErrorCode, PeerError, UsageError
+from actorwire.messages._errors import AlreadyExists, InvalidArgument, NoSuchFile, NotFound, WrongType
+
+__all__ = ["AlreadyExists", "InvalidArgument", "NoSuchFile", "NotFound", "WrongType"]  # re-exported from here
 
 
 class DeliveryError(ActorwireError):
@@ -87,14 +90,6 @@ class ConfigError(UsageError, ValueError):
     """A setting (an ``ACTORWIRE_*`` variable or a config field) has a value it cannot take."""
 
 
-class InvalidArgument(UsageError, ValueError):
-    """An argument the call cannot take (a name already in use, an endpoint that cannot be reached)."""
-
-
-class WrongType(UsageError, TypeError):
-    """An argument of the wrong type (``spawn()`` of something that is not an Actor)."""
-
-
 class NotAnAsk(UsageError, RuntimeError):
     """``reply()`` outside the handling of an ask, or to a message that was not one."""
 
@@ -104,4 +99,8 @@ class WaitTimeout(ActorwireError, TimeoutError):
 
 
 class ChildFailed(ActorwireError, RuntimeError):
-    """A child process exited before its actors registered."""
+    """A child process failed: it exited before its actors registered, or with an error status."""
+
+
+class BadHandle(PeerError, ValueError, LookupError):
+    """A tensor handle this plane cannot open: another plane's, malformed, of another process, or released."""

@@ -24,6 +24,8 @@ from typing import Any
 
 import structlog
 
+from actorwire.transport._errors import InvalidArgument
+
 _lock = threading.Lock()
 _configured = False
 
@@ -54,7 +56,7 @@ def configure_logging(level: str | int | None = None, *, json: bool | None = Non
             name = level
             level = logging.getLevelName(level.upper())
             if not isinstance(level, int):
-                raise ValueError(f"unknown log level {name!r} (use debug, info, warning or error)")
+                raise InvalidArgument(f"unknown log level {name!r} (use debug, info, warning or error)")
         if json is None:
             forced = settings().log_json
             json = forced if forced is not None else not sys.stderr.isatty()

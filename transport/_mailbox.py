@@ -82,7 +82,8 @@ class Mailbox(Generic[T]):
     def get_many(self, limit: int = 1024) -> list[T]:
         """Wait for at least one item, then take up to ``limit`` of them, oldest first."""
         first = self.get()
-        out = [first]  # type: ignore[list-item]
+        assert first is not None  # get() without a timeout waits until there is an item
+        out = [first]
         popleft = self._items.popleft
         try:
             for _ in range(min(limit - 1, len(self._items))):

@@ -90,6 +90,7 @@ from actorwire.transport._errors import (
     ActorDead,
     AskTimeout,
     BackpressureTimeout,
+    ConfigError,
     InvalidArgument,
     JoinRefused,
     RemoteError,
@@ -248,7 +249,7 @@ class Node:
                 self._tcp_router.bind(bind_tcp)
             except zmq.ZMQError as exc:
                 self._close_sockets()
-                raise OSError(f"cannot bind {bind_tcp}: {exc}") from None
+                raise ConfigError(f"cannot bind {bind_tcp}: {exc}") from None
             endpoints.append(self._tcp_router.getsockopt_string(zmq.LAST_ENDPOINT))
             if self._security.curve:
                 self._monitor = self._tcp_router.get_monitor_socket(

@@ -33,6 +33,7 @@ import zmq
 import zmq.utils.z85
 
 from actorwire.messages import UsageError
+from actorwire.transport._errors import AlreadyExists, InvalidArgument
 from actorwire.transport._settings import settings
 
 ZAP_ENDPOINT = "inproc://zeromq.zap.01"
@@ -48,13 +49,13 @@ def keygen(directory: str | os.PathLike[str], name: str = "node") -> tuple[pathl
     import zmq.auth
 
     if not name or any(c in name for c in "/\\\0") or name.startswith("."):
-        raise ValueError(f"bad key name {name!r}")
+        raise InvalidArgument(f"bad key name {name!r}")
     path = pathlib.Path(directory)
     path.mkdir(parents=True, exist_ok=True, mode=0o700)
     public, secret = path / f"{name}.key", path / f"{name}.key_secret"
     for existing in (public, secret):
         if existing.exists():
-            raise FileExistsError(f"{existing} exists; pick another --name or remove it first")
+            raise AlreadyExists(f"{existing} exists; pick another --name or remove it first")
     made_public, made_secret = zmq.auth.create_certificates(str(path), name)
     os.chmod(made_secret, 0o600)
     return pathlib.Path(made_public), pathlib.Path(made_secret)
@@ -131,7 +132,7 @@ class Security:
 
     def serve(self, sock: zmq.Socket) -> None:
         """Make ``sock`` (a ROUTER bound on tcp) a CURVE server checked by the ZAP handler."""
-        if not self.curve:
+        if self.secret is None or self.public is None:
             return
         sock.setsockopt(zmq.CURVE_SERVER, 1)
         sock.setsockopt(zmq.CURVE_SECRETKEY, self.secret)
@@ -140,7 +141,7 @@ class Security:
 
     def client(self, sock: zmq.Socket, server_key: bytes | str | None, peer: str) -> None:
         """Make ``sock`` (a DEALER about to connect over tcp) a CURVE client of ``server_key``."""
-        if not self.curve:
+        if self.secret is None or self.public is None:
             return
         if not server_key:
             raise SecurityError(f"peer {peer} published no CURVE key; it cannot be reached over tcp")

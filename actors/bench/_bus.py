@@ -28,6 +28,7 @@ from actorwire import messages as m
 from actorwire.actors.bench._harness import Result
 from actorwire.actors.runtime._actor import Actor, handler
 from actorwire.actors.runtime._context import Context
+from actorwire.transport._errors import WaitTimeout
 from actorwire.transport._settings import reload_settings
 
 BATCH = m.Batch(rank=3, batch_ms=12.5, step_count=1000, batch_loss=0.25, data_ms=1.5)
@@ -190,7 +191,7 @@ def _measure_tell(system: Any, inbox: Any, flooder: str, n: int, sink: str = "si
     system.tell(flooder, m.StartEpoch(epoch=0, partition_offset=0, partition_size=n))
     got = inbox.get(timeout=300)
     if got is None:
-        raise RuntimeError(f"{sink} did not receive {n} messages in time")
+        raise WaitTimeout(f"{sink} did not receive {n} messages in time")
     return n / (time.perf_counter() - t0)
 
 
@@ -272,7 +273,7 @@ def run(n: int = 200_000, asks: int = 3000, progress: Any = sys.stderr) -> list[
         for i in range(16):
             system.tell(f"flooder/{i}", m.StartEpoch(epoch=0, partition_offset=0, partition_size=per))
         if inbox.get(timeout=300) is None:
-            raise RuntimeError("fan-in did not complete")
+            raise WaitTimeout("fan-in did not complete")
         results.append(Result.against("bus.fanin.ipc", per * 16 / (time.perf_counter() - t0), "msg/s", None))
 
     # broadcast: one actor -> 16 actors in 4 processes.
@@ -289,7 +290,7 @@ def run(n: int = 200_000, asks: int = 3000, progress: Any = sys.stderr) -> list[
         system.tell("caster", m.StartEpoch(epoch=0, partition_offset=0, partition_size=per))
         for _ in range(16):
             if inbox.get(timeout=300) is None:
-                raise RuntimeError("broadcast did not complete")
+                raise WaitTimeout("broadcast did not complete")
         results.append(Result.against("bus.broadcast.ipc", per * 16 / (time.perf_counter() - t0), "msg/s", None))
     if progress.isatty():
         print(file=progress)

@@ -22,6 +22,7 @@ import time
 from typing import Any
 
 from actorwire.actors.bench._harness import Result
+from actorwire.transport._errors import ChildFailed
 
 SIZES = [1 << 20, 4 << 20, 16 << 20, 64 << 20, 256 << 20, 1 << 30]
 
@@ -102,7 +103,7 @@ def run(world: int | None = None, progress: Any = sys.stderr) -> list[Result]:
         assert procs[0].stdout is not None
         uid = procs[0].stdout.readline().strip()
         if not uid:
-            raise RuntimeError("bench nccl: rank 0 produced no unique id (see its error above)")
+            raise ChildFailed("bench nccl: rank 0 produced no unique id (see its error above)")
         for p in procs[1:]:
             assert p.stdin is not None
             p.stdin.write(uid + "\n")
@@ -118,7 +119,7 @@ def run(world: int | None = None, progress: Any = sys.stderr) -> list[Result]:
             print(f"  {_label(n)}: {ours:.1f} vs torch {ref:.1f} GB/s", file=progress)
         codes = [p.wait(300) for p in procs]
         if any(codes):
-            raise RuntimeError(f"bench nccl: rank exit codes {codes}")
+            raise ChildFailed(f"bench nccl: rank exit codes {codes}")
     finally:
         for p in procs:
             if p.poll() is None:

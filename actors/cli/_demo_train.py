@@ -105,7 +105,7 @@ def main() -> int:
                 print(f"rank {launch_rank}: weight sync failed: {exc}", file=sys.stderr)
                 continue  # the consumer is the demo's, not training's: keep training
             if report.consumer_digests.get(0) != state_digest(model.state_dict()):
-                raise RuntimeError(f"rank {launch_rank}: the consumer's weights differ from the trainer's")
+                raise WeightSyncError(f"rank {launch_rank}: the consumer's weights differ from the trainer's")
         reason = worker.drain_pending_shutdown()
         if reason is not None and stem:
             worker.write_bundle(stem, optimizer)

@@ -27,6 +27,7 @@ from typing import Any, Union
 import msgspec
 
 from actorwire.messages import Envelope, UsageError
+from actorwire.transport._errors import NotFound
 from actorwire.transport.recording import (
     RECORD_TYPES,
     CorruptRecord,
@@ -154,7 +155,7 @@ class Where:
     def __call__(self, fields: dict[str, Any]) -> bool:
         try:
             return bool(self._eval(self.tree, fields))
-        except (TypeError, KeyError, ZeroDivisionError):
+        except (TypeError, LookupError, ZeroDivisionError):
             return False
 
     def _eval(self, node: ast.AST, fields: dict[str, Any]) -> Any:
@@ -163,7 +164,7 @@ class Where:
         if isinstance(node, ast.Name):
             value = fields.get(node.id, _MISSING)
             if value is _MISSING:
-                raise KeyError(node.id)
+                raise NotFound(node.id)
             return value
         if isinstance(node, ast.BoolOp):
             values = (self._eval(v, fields) for v in node.values)
@@ -429,10 +430,10 @@ def perfetto_trace(paths: list[str], *, skip_corrupt: bool = False) -> dict[str,
                     events.append({"ph": "X", "name": "publish", "cat": "tensor", "pid": 2, "tid": 1, "ts": ts,
                                    "dur": 1.0, "args": {"from": actor}})
     for actor, start, tid, ts in receives:
-        flow = sends.get((start.envelope.sender, actor, start.envelope.seq))
-        if flow is not None:
+        arrow = sends.get((start.envelope.sender, actor, start.envelope.seq))
+        if arrow is not None:
             events.append({"ph": "f", "bp": "e", "name": type(start.message).wire_tag(), "cat": "message",
-                           "id": flow, "pid": 1, "tid": tid, "ts": ts})
+                           "id": arrow, "pid": 1, "tid": tid, "ts": ts})
     # Drop flow starts nobody received (e.g. to actors that were not recorded).
     finished = {e["id"] for e in events if e["ph"] == "f"}
     events = [e for e in events if e["ph"] != "s" or e["id"] in finished]

@@ -13,6 +13,7 @@ from typing import Any, Callable
 import msgspec
 
 from actorwire.messages import EpochMetrics, JoinRequest, MetricsMsg
+from actorwire.transport._errors import InvalidArgument
 
 #: ``schedule_id`` of the single canonical eval at the end of the run.
 FINAL_EVAL = 2**63 - 1
@@ -61,13 +62,13 @@ class CoordinatorConfig(msgspec.Struct, frozen=True, kw_only=True):
 
     def __post_init__(self) -> None:
         if self.world_size < 1 or self.num_epochs < 1 or self.dataset_size < 1 or self.batch_size < 1:
-            raise ValueError("world_size, num_epochs, dataset_size and batch_size must be >= 1")
+            raise InvalidArgument("world_size, num_epochs, dataset_size and batch_size must be >= 1")
         if self.sync_policy not in ("fixed", "adaptive"):
-            raise ValueError(f"sync_policy must be 'fixed' or 'adaptive', got {self.sync_policy!r}")
+            raise InvalidArgument(f"sync_policy must be 'fixed' or 'adaptive', got {self.sync_policy!r}")
         if self.backend not in ("gloo", "nccl"):
-            raise ValueError(f"backend must be 'gloo' or 'nccl', got {self.backend!r}")
+            raise InvalidArgument(f"backend must be 'gloo' or 'nccl', got {self.backend!r}")
         if self.sync_every < 1:
-            raise ValueError(f"sync_every must be >= 1, got {self.sync_every}")
+            raise InvalidArgument(f"sync_every must be >= 1, got {self.sync_every}")
 
 
 class RankState:

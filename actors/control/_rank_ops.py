@@ -32,7 +32,8 @@ def weighted_average(comm: Communicator, params: list[Any], steps: int) -> None:
 def run_eval(rank: int, msg: ExecuteEval, fn: Callable[[int], float] | None) -> EvalResult:
     """Run an eval; a failure (or no eval function) becomes ``error`` with a NaN metric."""
     t0 = time.monotonic()
-    metric, error = float("nan"), "no eval function given"
+    metric = float("nan")
+    error: str | None = "no eval function given"
     if fn is not None:
         try:
             metric, error = float(fn(msg.epoch)), None
@@ -45,7 +46,8 @@ def run_eval(rank: int, msg: ExecuteEval, fn: Callable[[int], float] | None) -> 
 def run_checkpoint(rank: int, msg: Checkpoint, fn: Callable[[int], str | None] | None) -> CheckpointResult:
     """Run a checkpoint; a failure (or no checkpoint function) becomes ``error``."""
     t0 = time.monotonic()
-    path, error = None, "no checkpoint function given"
+    path: str | None = None
+    error: str | None = "no checkpoint function given"
     if fn is not None:
         try:
             path, error = fn(msg.version), None

@@ -74,7 +74,9 @@ from actorwire.messages import (
     StartEpoch,
     SyncAck,
     SyncNow,
+    UsageError,
 )
+from actorwire.transport._errors import InvalidArgument
 from actorwire.transport._log import get_logger
 from actorwire.transport._settings import settings
 from actorwire.transport.comm import CommError, Communicator, GlooCommunicator
@@ -225,7 +227,7 @@ class Worker:
     def batches(self, plan: Plan, batch_size: int) -> Iterator[range]:
         """Index ranges of ``batch_size`` over the plan, then over slices handed over meanwhile."""
         if batch_size < 1:
-            raise ValueError(f"batch_size must be >= 1, got {batch_size}")
+            raise InvalidArgument(f"batch_size must be >= 1, got {batch_size}")
         slices = [(plan.offset, plan.size)]
         done = 0
         while True:
@@ -273,7 +275,7 @@ class Worker:
         """The plan is done: send ``MetricsMsg`` with this epoch's loss, timings and scalars."""
         plan = plan or self._current
         if plan is None:
-            raise RuntimeError("report_epoch() before next_plan()")
+            raise UsageError("report_epoch() before next_plan()")
         elapsed = (self._last_batch_end - plan.started) * 1000
         batches = self._epoch_batches
         covered = len(plan.extensions) + (1 if plan.is_extension else 0)

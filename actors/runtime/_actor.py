@@ -28,6 +28,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from actorwire.messages import Message
+from actorwire.transport._errors import WrongType
 
 if TYPE_CHECKING:
     from actorwire.actors.runtime._context import Context
@@ -48,7 +49,7 @@ def handler(*args: Any) -> Any:
     kinds = args
     for kind in kinds:
         if not (isinstance(kind, type) and issubclass(kind, Message)):
-            raise TypeError(f"@handler takes message classes, got {kind!r}")
+            raise WrongType(f"@handler takes message classes, got {kind!r}")
 
     def mark(fn: F) -> F:
         fn.__actorwire_handles__ = tuple(kinds)  # type: ignore[attr-defined]
@@ -61,7 +62,7 @@ def _annotated_types(cls: type, fn: Callable[..., Any]) -> tuple[type[Message], 
     hints = typing.get_type_hints(fn)
     params = [p for p in fn.__code__.co_varnames[1 : fn.__code__.co_argcount]]
     if not params or params[0] not in hints:
-        raise TypeError(
+        raise WrongType(
             f"{cls.__name__}.{fn.__name__}: annotate the message parameter "
             f"(e.g. `msg: Batch`) or use @handler(Batch)"
         )
@@ -69,7 +70,7 @@ def _annotated_types(cls: type, fn: Callable[..., Any]) -> tuple[type[Message], 
     members = typing.get_args(tp) if typing.get_origin(tp) in (typing.Union, types.UnionType) else (tp,)
     for member in members:
         if not (isinstance(member, type) and issubclass(member, Message)):
-            raise TypeError(f"{cls.__name__}.{fn.__name__}: {member!r} is not a message class")
+            raise WrongType(f"{cls.__name__}.{fn.__name__}: {member!r} is not a message class")
     return tuple(members)
 
 
@@ -77,6 +78,8 @@ class Actor:
     """Base class of every actor.  Subclasses declare handlers with :func:`handler`."""
 
     _handlers: ClassVar[dict[type[Message], str]] = {}
+    #: The constructor's arguments, kept so that config() can rebuild the actor for replay.
+    _actorwire_init: tuple[tuple[Any, ...], dict[str, Any]]
 
     def __init_subclass__(cls, **kwargs: Any) -> None:
         super().__init_subclass__(**kwargs)
@@ -86,13 +89,13 @@ class Actor:
                 if not hasattr(fn, "__actorwire_handles__"):
                     continue
                 if attr in _HOOKS:
-                    raise TypeError(f"{klass.__name__}.{attr}: {attr}() is a lifecycle hook; "
+                    raise WrongType(f"{klass.__name__}.{attr}: {attr}() is a lifecycle hook; "
                                     f"name the handler something else")
                 kinds = fn.__actorwire_handles__ or _annotated_types(klass, fn)
                 for kind in kinds:
                     owner = table.get(kind)
                     if owner is not None and owner != attr and klass is cls and _defined_here(cls, owner):
-                        raise TypeError(f"{cls.__name__}: both {owner}() and {attr}() handle {kind.__name__}")
+                        raise WrongType(f"{cls.__name__}: both {owner}() and {attr}() handle {kind.__name__}")
                     table[kind] = attr
         cls._handlers = table
 

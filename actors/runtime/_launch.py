@@ -22,7 +22,7 @@ import msgspec
 
 from actorwire.actors.runtime._actor import Actor
 from actorwire.transport._endpoints import new_node_id
-from actorwire.transport._errors import ConfigError
+from actorwire.transport._errors import ConfigError, InvalidArgument, WrongType
 from actorwire.transport._log import get_logger
 from actorwire.transport._settings import Settings, settings
 
@@ -50,12 +50,12 @@ def load_actor(spec: ActorSpec) -> Actor:
     """Import ``spec.target`` and build it with ``spec.config``; errors name the spec."""
     module_name, sep, qualname = spec.target.partition(":")
     if not sep or not module_name or not qualname:
-        raise ValueError(f"actor target must look like 'package.module:Class', got {spec.target!r}")
+        raise InvalidArgument(f"actor target must look like 'package.module:Class', got {spec.target!r}")
     obj: Any = importlib.import_module(module_name)
     for part in qualname.split("."):
         obj = getattr(obj, part)
     if not (isinstance(obj, type) and issubclass(obj, Actor)):
-        raise TypeError(f"{spec.target} is not an Actor subclass")
+        raise WrongType(f"{spec.target} is not an Actor subclass")
     return obj(**spec.config)
 
 
@@ -143,7 +143,7 @@ def first_host(nodelist: str) -> str:
     """The first host of a SLURM node list: ``gpu[03-05,9],cpu1`` -> ``gpu03``."""
     nodelist = nodelist.strip()
     if not nodelist:
-        raise ValueError("empty SLURM node list")
+        raise InvalidArgument("empty SLURM node list")
     head = ""
     depth = 0
     for ch in nodelist:  # the first comma outside brackets ends the first group

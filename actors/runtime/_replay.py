@@ -24,6 +24,7 @@ from actorwire.actors.runtime._actor import Actor, dispatch
 from actorwire.actors.runtime._context import ReplayContext, ReplayExhausted, Sent
 from actorwire.actors.runtime._launch import ActorSpec, load_actor
 from actorwire.messages import Message
+from actorwire.transport._errors import InvalidArgument, NoSuchFile
 from actorwire.transport.recording import (
     Begin,
     Clock,
@@ -142,11 +143,11 @@ def load_records(path: str | pathlib.Path, actor: str | None = None) -> tuple[Lo
         matches = {d: s for d, s in logs.items() if d.name == actor_dir_name(actor)}
         if not matches:
             names = ", ".join(sorted(Segment(s[0]).header.actor for s in logs.values()))
-            raise FileNotFoundError(f"no recording of actor {actor!r} under {path} (recorded: {names})")
+            raise NoSuchFile(f"no recording of actor {actor!r} under {path} (recorded: {names})")
         logs = matches
     if len(logs) != 1:
         names = ", ".join(sorted(Segment(s[0]).header.actor for s in logs.values()))
-        raise ValueError(f"{path} holds several actors ({names}); name the one to replay (--actor NAME)")
+        raise InvalidArgument(f"{path} holds several actors ({names}); name the one to replay (--actor NAME)")
     (segments,) = logs.values()
     header = None
     records: list[Any] = []

@@ -57,7 +57,7 @@ _STOP = object()
 class UnexpectedReply(RemoteError):
     """An ask got a reply of another kind than the caller expected (``code`` is ``bad_message``)."""
 
-    def __init__(self, target: str, expected: type, got: Message) -> None:
+    def __init__(self, target: str, expected: type[Message], got: Message) -> None:
         detail = f"answered `{type(got).wire_tag()}`, expected `{expected.wire_tag()}`"
         DeliveryError.__init__(self, f"{target!r} {detail}")
         self.target = target

@@ -30,6 +30,7 @@ from actorwire.messages import (
     Message,
     TimerFired,
 )
+from actorwire.transport._errors import InvalidArgument
 
 
 class ActorHarness:
@@ -92,7 +93,7 @@ class ActorHarness:
     def advance(self, seconds: float) -> list[Sent]:
         """Move the clock; fire due timers and expire asks in time order."""
         if seconds < 0:
-            raise ValueError("time only moves forward")
+            raise InvalidArgument("time only moves forward")
         if not self.started:
             self.start()
         end = self.ctx.clock + seconds

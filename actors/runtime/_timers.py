@@ -9,6 +9,7 @@ import time
 from typing import Any
 
 from actorwire.messages import Envelope, TimerFired
+from actorwire.transport._errors import InvalidArgument
 
 
 class Timers:
@@ -23,9 +24,9 @@ class Timers:
 
     def start(self, cell: Any, key: str, delay: float, periodic: bool) -> None:
         if delay < 0:
-            raise ValueError(f"timer {key!r}: delay must be >= 0, got {delay}")
+            raise InvalidArgument(f"timer {key!r}: delay must be >= 0, got {delay}")
         if periodic and delay == 0:
-            raise ValueError(f"timer {key!r}: a periodic timer needs a positive period")
+            raise InvalidArgument(f"timer {key!r}: a periodic timer needs a positive period")
         with self._cond:
             gen = next(self._gen)
             self._live[(id(cell), key)] = gen

@@ -41,6 +41,7 @@ from actorwire.messages import (
     SyncFailed,
     TimerFired,
 )
+from actorwire.transport._errors import InvalidArgument
 
 #: Seconds between attempts to reserve on producers that do not exist yet.
 RESERVE_RETRY = 0.2
@@ -209,9 +210,9 @@ class WeightConsumer(Actor):
                 continue
             dst = self.tensors.get(name)
             if dst is None:
-                raise KeyError(f"{name} is not a tensor of this consumer's model")
+                raise InvalidArgument(f"{name} is not a tensor of this consumer's model")
             if list(dst.shape) != list(view.shape) or dst.dtype != view.dtype:
-                raise ValueError(f"{name}: got {view.dtype} {list(view.shape)}, the model has {dst.dtype} "
+                raise InvalidArgument(f"{name}: got {view.dtype} {list(view.shape)}, the model has {dst.dtype} "
                                  f"{list(dst.shape)}")
             dst.copy_(view, non_blocking=view.is_cuda)
             cuda = cuda or view.is_cuda or dst.is_cuda
@@ -289,7 +290,7 @@ class ModelConsumer(WeightConsumer):
 
         module, _, attr = self.factory.partition(":")
         if not attr:
-            raise ValueError(f"factory must be 'module:function', not {self.factory!r}")
+            raise InvalidArgument(f"factory must be 'module:function', not {self.factory!r}")
         self.model = getattr(importlib.import_module(module), attr)(**self.factory_kwargs).to(self.device)
         self.tensors = dict(self.model.state_dict())
         super().on_start(ctx)

@@ -26,6 +26,7 @@ import msgspec
 
 from actorwire.actors import _names
 from actorwire.messages import ActorwireError, Record
+from actorwire.transport._errors import InvalidArgument
 
 
 class WeightSyncError(ActorwireError, RuntimeError):
@@ -70,12 +71,12 @@ def layerwise_groups(names: Sequence[str]) -> list[list[str]]:
             continue
         if isinstance(key, int):
             if "post" in keys:
-                raise ValueError(f"{name!r}: unnumbered names must come before the first layer or after the last")
+                raise InvalidArgument(f"{name!r}: unnumbered names must come before the first layer or after the last")
             if key in seen_layers:
-                raise ValueError(f"layer {key} is not contiguous in the metadata order (again at {name!r})")
+                raise InvalidArgument(f"layer {key} is not contiguous in the metadata order (again at {name!r})")
             seen_layers.add(key)
         elif key in keys:
-            raise ValueError(f"{name!r}: unnumbered names must come before the first layer or after the last")
+            raise InvalidArgument(f"{name!r}: unnumbered names must come before the first layer or after the last")
         keys.append(key)
         groups.append([name])
     return groups
@@ -107,7 +108,7 @@ class ModuleSource:
         self._held = set(self._names) if held is None else set(held)
         unknown = sorted(self._held - set(self._names))
         if unknown:
-            raise ValueError(f"held names not in the model: {unknown}")
+            raise InvalidArgument(f"held names not in the model: {unknown}")
 
     def metadata(self) -> list[ParamMeta]:
         return [ParamMeta(name=n, dtype=str(t.dtype).removeprefix("torch."), shape=list(t.shape))
@@ -281,7 +282,7 @@ class WeightPlan(Record, frozen=True):
 def build_plan(meta: list[ParamMeta], holders: list[list[int]], producers: list[str], *, slots: int = 2,
                workers_per_replica: int = 0) -> WeightPlan:
     if workers_per_replica < 0:
-        raise ValueError(f"workers_per_replica must be >= 0, not {workers_per_replica}")
+        raise InvalidArgument(f"workers_per_replica must be >= 0, not {workers_per_replica}")
     groups = layerwise_groups([p.name for p in meta])
     return WeightPlan(meta=meta, group_lens=[len(g) for g in groups], holders=holders, producers=producers,
                       slots=slots, workers_per_replica=workers_per_replica)

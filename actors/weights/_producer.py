@@ -53,6 +53,7 @@ from actorwire.messages import (
     TensorRef,
     TimerFired,
 )
+from actorwire.transport._errors import InvalidArgument
 from actorwire.transport._settings import settings
 from actorwire.transport.planes import _local
 
@@ -70,7 +71,7 @@ class WeightProducer(Actor):
                  stall_timeout: float = DEFAULT_STALL_TIMEOUT, prefix: str = "weights",
                  digests: bool | None = None) -> None:
         if stall_timeout <= 0:
-            raise ValueError(f"stall_timeout must be positive, not {stall_timeout}")
+            raise InvalidArgument(f"stall_timeout must be positive, not {stall_timeout}")
         self.rank = rank
         if not isinstance(plan, WeightPlan):  # as decoded from a spawn config or a recording
             plan = msgspec.convert(plan, WeightPlan)

@@ -47,6 +47,7 @@ from actorwire.messages import (
     PublishGroup,
     SyncFailed,
 )
+from actorwire.transport._errors import InvalidArgument
 from actorwire.transport._log import get_logger
 from actorwire.transport.planes import _local
 
@@ -78,9 +79,9 @@ class WeightSender:
                  device: str = "cpu", stall_timeout: float = DEFAULT_STALL_TIMEOUT, prefix: str = "weights",
                  init_timeout: float = 60.0, workers_per_replica: int = 0) -> None:
         if lookahead < 0:
-            raise ValueError(f"lookahead must be >= 0, not {lookahead}")
+            raise InvalidArgument(f"lookahead must be >= 0, not {lookahead}")
         if not 0 <= rank < world_size:
-            raise ValueError(f"rank {rank} is outside a world of {world_size}")
+            raise InvalidArgument(f"rank {rank} is outside a world of {world_size}")
         self.system, self.source = system, source
         self.rank, self.world_size = rank, world_size
         self.consumer_ids = sorted(consumer_ids)
@@ -144,7 +145,7 @@ class WeightSender:
         live = self.consumer_ids if live_consumer_ids is None else sorted(live_consumer_ids)
         unknown = sorted(set(live) - set(self.consumer_ids))
         if unknown:
-            raise ValueError(f"live consumers {unknown} are not consumers of this sender ({self.consumer_ids})")
+            raise InvalidArgument(f"live consumers {unknown} are not consumers of this sender ({self.consumer_ids})")
         self.sync_id += 1
         sync_id = self.sync_id
         started = time.perf_counter()

@@ -14,6 +14,7 @@ import torch
 from conftest import stop_process
 
 from actorwire.messages import Plane, TensorRef
+from actorwire.transport._errors import BadHandle
 from actorwire.transport.planes._choose import choose_plane
 from actorwire.transport.planes._shm import ShmExporter, ShmImporter
 
@@ -70,9 +71,9 @@ def test_errors_name_the_problem() -> None:
         with pytest.raises(ValueError, match="the shm plane carries CPU tensors, got one on meta"):
             exporter.export({"x": torch.empty(2, device="meta")})
     gone = TensorRef(dtype="float32", shape=[1], stride=[1], plane=Plane.SHM, handle=b"aw-nope-1", nbytes=4)
-    with pytest.raises(FileNotFoundError, match="shared-memory slot 'aw-nope-1' is gone"):
+    with pytest.raises(BadHandle, match="shared-memory slot 'aw-nope-1' is gone"):
         ShmImporter().open(gone)
-    with pytest.raises(ValueError, match="not a shared-memory tensor: plane frames"):
+    with pytest.raises(BadHandle, match="not a shared-memory tensor: plane frames"):
         ShmImporter().open(TensorRef(dtype="float32", shape=[1], stride=[1]))
 
 

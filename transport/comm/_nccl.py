@@ -35,6 +35,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
+from actorwire.transport._errors import InvalidArgument
 from actorwire.transport._log import get_logger
 from actorwire.transport._settings import settings
 from actorwire.transport.comm._nccl_lib import (
@@ -58,7 +59,7 @@ class NcclCommunicator:
                  watchdog_interval: float = 0.5, on_unhealthy: Callable[[str], None] | None = None,
                  poll_interval: float = 0.001) -> None:
         if timeout_s <= 0 or init_timeout_s <= 0:
-            raise ValueError("timeouts must be positive")
+            raise InvalidArgument("timeouts must be positive")
         env = settings().nccl_diagnostics
         self.diagnostics = bool(env) if diagnostics is None else diagnostics
         self.device = device

@@ -13,6 +13,7 @@ import ctypes.util
 import os
 from typing import Any, Protocol
 
+from actorwire.transport._errors import InvalidArgument
 from actorwire.transport._settings import settings
 from actorwire.transport.comm._protocol import CommError
 
@@ -211,7 +212,7 @@ class CtypesNccl:
             return int(L.ncclSend(a["send"], a["count"], a["dtype"], a["peer"], comm, s))
         if op == "recv":
             return int(L.ncclRecv(a["recv"], a["count"], a["dtype"], a["peer"], comm, s))
-        raise ValueError(f"unknown NCCL operation {op!r}")
+        raise InvalidArgument(f"unknown NCCL operation {op!r}")
 
     def group_start(self) -> int:
         return int(self.lib.ncclGroupStart())

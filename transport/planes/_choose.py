@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from actorwire.messages import Plane
+from actorwire.transport._errors import InvalidArgument
 from actorwire.transport._settings import settings
 
 
@@ -16,11 +17,11 @@ def choose_plane(device: str, *, same_host: bool, force: Plane | str | None = No
     if forced:
         plane = Plane(forced)
         if plane is Plane.CUDA_IPC and not device.startswith("cuda"):
-            raise ValueError(f"plane cuda_ipc cannot carry a tensor on {device}")
+            raise InvalidArgument(f"plane cuda_ipc cannot carry a tensor on {device}")
         if plane is Plane.SHM and device.startswith("cuda"):
-            raise ValueError(f"plane shm carries CPU tensors, not one on {device}")
+            raise InvalidArgument(f"plane shm carries CPU tensors, not one on {device}")
         if plane in (Plane.SHM, Plane.CUDA_IPC) and not same_host:
-            raise ValueError(f"plane {plane.value} works within one host only")
+            raise InvalidArgument(f"plane {plane.value} works within one host only")
         return plane
     if same_host:
         return Plane.CUDA_IPC if device.startswith("cuda") else Plane.SHM

@@ -31,6 +31,7 @@ from typing import Any
 import msgspec
 
 from actorwire.messages import Plane, TensorRef
+from actorwire.transport._errors import BadHandle, InvalidArgument
 from actorwire.transport.planes._layout import view_ref
 
 
@@ -68,7 +69,7 @@ class CudaIpcExporter:
         shared: dict[int, tuple[int, bytes]] = {}  # one handle per storage: views of it share it
         for name, t in tensors.items():
             if t.device.type != "cuda":
-                raise ValueError(f"{name}: the cuda_ipc plane carries GPU tensors, got one on {t.device}")
+                raise InvalidArgument(f"{name}: the cuda_ipc plane carries GPU tensors, got one on {t.device}")
             storage = t.untyped_storage()
             entry = shared.get(storage.data_ptr())
             if entry is None:
@@ -103,7 +104,7 @@ class CudaIpcImporter:
         import torch
 
         if ref.plane is not Plane.CUDA_IPC:
-            raise ValueError(f"not a CUDA IPC tensor: plane {ref.plane.value}")
+            raise BadHandle(f"not a CUDA IPC tensor: plane {ref.plane.value}")
         handle, size, offset, rc_handle, rc_offset, event, event_sync = msgspec.msgpack.decode(ref.handle)
         device = int(ref.device.split(":", 1)[1]) if ":" in ref.device else 0
         # Keyed by the memory handle and offset alone: two exports of one storage

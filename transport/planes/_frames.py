@@ -29,6 +29,7 @@ import zmq
 
 from actorwire.messages import Plane, TensorRef
 from actorwire.transport._endpoints import is_tcp, tcp_host
+from actorwire.transport._errors import BadHandle, WaitTimeout
 from actorwire.transport._security import Security, SecurityError
 from actorwire.transport._settings import settings
 from actorwire.transport.planes._layout import copy_packed, pack_layout, packed_refs
@@ -180,13 +181,13 @@ class FramesImporter:
         import torch
 
         if ref.plane is not Plane.FRAMES:
-            raise ValueError(f"not a frames tensor: plane {ref.plane.value}")
+            raise BadHandle(f"not a frames tensor: plane {ref.plane.value}")
         try:
             endpoint, key, *rest = msgspec.msgpack.decode(ref.handle, type=list[Union[str, int]])
             if not isinstance(endpoint, str) or not isinstance(key, int) or len(rest) > 1:
                 raise msgspec.ValidationError("expected [endpoint, key] or [endpoint, key, curve_key]")
         except msgspec.DecodeError as exc:
-            raise ValueError(f"malformed frames handle: {exc}") from None
+            raise BadHandle(f"malformed frames handle: {exc}") from None
         curve_key = rest[0] if rest and isinstance(rest[0], str) else None
         dtype = getattr(torch, ref.dtype)
         if not ref.nbytes:
@@ -196,10 +197,10 @@ class FramesImporter:
         try:
             status, frame = sock.recv_multipart(copy=False)
         except zmq.Again:
-            raise TimeoutError(f"no answer from the frames server at {endpoint} within "
+            raise WaitTimeout(f"no answer from the frames server at {endpoint} within "
                                f"{self._timeout_ms / 1000:g} s") from None
         if status.bytes != _OK:
-            raise LookupError(f"frames server {endpoint}: {frame.bytes.decode(errors='replace')}")
+            raise BadHandle(f"frames server {endpoint}: {frame.bytes.decode(errors='replace')}")
         with warnings.catch_warnings():  # the frame is read-only; the view is only read
             warnings.simplefilter("ignore", UserWarning)
             flat = torch.frombuffer(frame.buffer, dtype=dtype)

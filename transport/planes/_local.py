@@ -15,6 +15,7 @@ import threading
 from typing import Any
 
 from actorwire.messages import Plane, TensorRef
+from actorwire.transport._errors import BadHandle
 from actorwire.transport.planes._layout import view_ref
 
 _lock = threading.Lock()
@@ -33,14 +34,14 @@ def put(tensors: dict[str, Any]) -> tuple[bytes, dict[str, TensorRef]]:
 def get(ref: TensorRef, name: str) -> Any:
     """The live tensor behind a local ref (the one put under ``name``)."""
     if ref.plane is not Plane.LOCAL:
-        raise ValueError(f"not a local tensor: plane {ref.plane.value}")
+        raise BadHandle(f"not a local tensor: plane {ref.plane.value}")
     pid = ref.handle.split(b":", 1)[0]
     if pid != str(os.getpid()).encode():
-        raise ValueError(f"{name}: a local tensor of process {pid.decode()} cannot be opened in process {os.getpid()}")
+        raise BadHandle(f"{name}: a local tensor of process {pid.decode()} cannot be opened in process {os.getpid()}")
     with _lock:
         group = _table.get(ref.handle)
     if group is None or name not in group:
-        raise KeyError(f"{name}: local tensor {ref.handle.decode()} was dropped (its group was released)")
+        raise BadHandle(f"{name}: local tensor {ref.handle.decode()} was dropped (its group was released)")
     return group[name]
 
 

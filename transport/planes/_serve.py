@@ -21,6 +21,7 @@ from typing import Any
 import msgspec
 
 from actorwire.messages import Plane, TensorRef
+from actorwire.transport._errors import InvalidArgument, NotFound
 from actorwire.transport.planes import _shm
 from actorwire.transport.planes._frames import FramesServer, handle_for
 from actorwire.transport.planes._layout import copy_packed, pack_layout, packed_refs
@@ -49,9 +50,9 @@ class ServeRing:
         #: Put a SHA-256 of each packed tensor's bytes in its ref (recordings then show what moved).
         self.digests = digests
         if self.plane is Plane.CUDA_IPC and not device.startswith("cuda"):
-            raise ValueError(f"a cuda_ipc serve ring needs a CUDA device, not {device}")
+            raise InvalidArgument(f"a cuda_ipc serve ring needs a CUDA device, not {device}")
         if self.plane not in (Plane.SHM, Plane.CUDA_IPC, Plane.FRAMES):
-            raise ValueError(f"plane {self.plane.value} cannot serve pulls")
+            raise InvalidArgument(f"plane {self.plane.value} cannot serve pulls")
         self.device = device
         self._frames_endpoint = frames_endpoint
         self._server: FramesServer | None = None
@@ -84,7 +85,7 @@ class ServeRing:
     def reserve(self, consumer_id: int, slots: int, nbytes: int) -> None:
         """(Re)allocate ``consumer_id``'s ring: ``slots`` slots of ``nbytes`` each."""
         if slots < 1:
-            raise ValueError(f"a serve ring needs at least one slot, not {slots}")
+            raise InvalidArgument(f"a serve ring needs at least one slot, not {slots}")
         self.drop(consumer_id)
         self._rings[consumer_id] = [self._new_slot(consumer_id, i, nbytes) for i in range(slots)]
 
@@ -96,11 +97,11 @@ class ServeRing:
         """Copy ``tensors`` into slot ``seq % K`` of the consumer's ring; their refs."""
         ring = self._rings.get(consumer_id)
         if ring is None:
-            raise LookupError(f"consumer {consumer_id} reserved no serve ring here")
+            raise NotFound(f"consumer {consumer_id} reserved no serve ring here")
         slot = ring[seq % len(ring)]
         layout, total = pack_layout(tensors)
         if total > slot.base.numel():
-            raise ValueError(f"pull {seq} of consumer {consumer_id} needs {total} bytes; its slots hold "
+            raise InvalidArgument(f"pull {seq} of consumer {consumer_id} needs {total} bytes; its slots hold "
                              f"{slot.base.numel()} (reserved from a different plan?)")
         copy_packed(slot.base, layout, tensors)
         if self.plane is Plane.CUDA_IPC:
@@ -163,7 +164,7 @@ class TensorImporter:
 
                 imp = FramesImporter()
             else:
-                raise ValueError(f"plane {plane.value} cannot be opened from another process")
+                raise InvalidArgument(f"plane {plane.value} cannot be opened from another process")
             self._planes[plane] = imp
         return imp
 

@@ -26,7 +26,8 @@ import secrets
 from multiprocessing import resource_tracker, shared_memory
 from typing import Any
 
-from actorwire.messages import Plane, TensorRef
+from actorwire.messages import Plane, TensorRef, UsageError
+from actorwire.transport._errors import BadHandle, InvalidArgument
 from actorwire.transport.planes._layout import copy_packed, pack_layout, packed_refs
 
 DEFAULT_SLOT_BYTES = 64 * 1024 * 1024
@@ -61,10 +62,10 @@ class ShmExporter:
         import torch
 
         if self._closed:
-            raise RuntimeError("the shared-memory exporter is closed")
+            raise UsageError("the shared-memory exporter is closed")
         for name, t in tensors.items():
             if t.device.type != "cpu":
-                raise ValueError(f"{name}: the shm plane carries CPU tensors, got one on {t.device}")
+                raise InvalidArgument(f"{name}: the shm plane carries CPU tensors, got one on {t.device}")
         layout, total = pack_layout(tensors)
         slot = self._slot(total)
         shm = self._slots[slot]
@@ -119,14 +120,14 @@ class ShmImporter:
         import torch
 
         if ref.plane is not Plane.SHM:
-            raise ValueError(f"not a shared-memory tensor: plane {ref.plane.value}")
+            raise BadHandle(f"not a shared-memory tensor: plane {ref.plane.value}")
         name = ref.handle.decode()
         shm = _MAPPED.get(name)
         if shm is None:
             try:
                 shm = shared_memory.SharedMemory(name=name)
             except FileNotFoundError:
-                raise FileNotFoundError(f"shared-memory slot {name!r} is gone (released or its owner died)") from None
+                raise BadHandle(f"shared-memory slot {name!r} is gone (released or its owner died)") from None
             if name not in _CREATED:  # our own segment stays registered: its exporter unlinks it
                 resource_tracker.unregister(shm._name, "shared_memory")  # type: ignore[attr-defined]
             _MAPPED[name] = shm

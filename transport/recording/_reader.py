@@ -10,6 +10,7 @@ from typing import Any
 
 import msgspec
 
+from actorwire.transport._errors import NoSuchFile
 from actorwire.transport.recording._schema import (
     FORMAT_VERSION,
     FRAME,
@@ -118,7 +119,7 @@ def actor_logs(paths: list[str] | list[pathlib.Path]) -> dict[pathlib.Path, list
     for raw in paths:
         path = pathlib.Path(raw)
         if not path.exists():
-            raise FileNotFoundError(f"{path}: no such file or directory")
+            raise NoSuchFile(f"{path}: no such file or directory")
         if path.is_file():
             found.setdefault(path.parent, []).append(path)
             continue
@@ -131,7 +132,7 @@ def actor_logs(paths: list[str] | list[pathlib.Path]) -> dict[pathlib.Path, list
             if segs:
                 found.setdefault(sub, []).extend(segs)
     if not found:
-        raise FileNotFoundError(f"no recordings under {', '.join(map(str, paths))}")
+        raise NoSuchFile(f"no recordings under {', '.join(map(str, paths))}")
     return {d: sorted(set(s)) for d, s in found.items()}
 
 
