@@ -19,7 +19,20 @@ from ._codec import (
     encode,
     encode_message,
 )
-from ._control import (
+from ._envelope import PROTOCOL_VERSION, Envelope
+from ._errors import (
+    ActorwireError,
+    DecodeError,
+    MalformedMessage,
+    MessageTooLarge,
+    PeerError,
+    ProtocolVersionMismatch,
+    UnknownMessage,
+    UsageError,
+)
+from ._public import publish as _publish
+from ._schema import describe, example, json_schema
+from .kinds._control import (
     Checkpoint,
     ControlMsg,
     CoordHeartbeat,
@@ -40,29 +53,16 @@ from ._control import (
     SyncNow,
     Throttle,
 )
-from ._enums import DownReason, ErrorCode, IntentKind, Plane, SaveReason
-from ._envelope import PROTOCOL_VERSION, Envelope
-from ._errors import (
-    ActorwireError,
-    DecodeError,
-    MalformedMessage,
-    MessageTooLarge,
-    PeerError,
-    ProtocolVersionMismatch,
-    UnknownMessage,
-    UsageError,
-)
-from ._metrics import EpochMetrics, MetricsMsg, ResourceUsage, ScalarSum
-from ._public import publish as _publish
-from ._runtime import (
+from .kinds._enums import DownReason, ErrorCode, IntentKind, Plane, SaveReason
+from .kinds._metrics import EpochMetrics, MetricsMsg, ResourceUsage, ScalarSum
+from .kinds._runtime import (
     AskFailed,
     Down,
     ErrorReply,
     TimerFired,
 )
-from ._schema import describe, example, json_schema
-from ._tensor import TensorRef
-from ._timing import (
+from .kinds._tensor import TensorRef
+from .kinds._timing import (
     Batch,
     CheckpointResult,
     EpochFnElapsed,
@@ -77,7 +77,7 @@ from ._timing import (
     SyncAck,
     TimingMsg,
 )
-from ._weights import (
+from .kinds._weights import (
     BeginSync,
     EndSync,
     FreeGroup,

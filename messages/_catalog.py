@@ -5,9 +5,9 @@ from __future__ import annotations
 import typing
 from typing import Union
 
-from . import _control, _metrics, _rendezvous, _runtime, _timing, _weights
 from ._base import Message
 from ._errors import NotFound
+from .kinds import _control, _metrics, _rendezvous, _runtime, _timing, _weights
 
 
 def _members(union: object) -> tuple[type[Message], ...]:

@@ -9,7 +9,8 @@ documented.  They are not part of the public message surface.
 
 from __future__ import annotations
 
-from actorwire.messages._control import (
+from actorwire.messages._public import publish as _publish
+from actorwire.messages.kinds._control import (
     EpochPlan,
     RequestParams,
     SaveConsensusModel,
@@ -18,16 +19,15 @@ from actorwire.messages._control import (
     StageSegment,
     Update,
 )
-from actorwire.messages._enums import RendezvousRole
-from actorwire.messages._public import publish as _publish
-from actorwire.messages._rendezvous import (
+from actorwire.messages.kinds._enums import RendezvousRole
+from actorwire.messages.kinds._rendezvous import (
     RendezvousAssign,
     RendezvousHello,
     RendezvousMsg,
     RendezvousUid,
 )
-from actorwire.messages._runtime import Unwatch, Watch
-from actorwire.messages._timing import ResourceSample, SnapshotReady
+from actorwire.messages.kinds._runtime import Unwatch, Watch
+from actorwire.messages.kinds._timing import ResourceSample, SnapshotReady
 
 __all__ = [
     "Watch", "Unwatch", "RendezvousHello", "RendezvousAssign", "RendezvousUid", "RendezvousMsg", "RendezvousRole",

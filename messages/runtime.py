@@ -10,7 +10,7 @@ The runtime kinds an actor does see (``Down``, ``AskFailed``,
 from __future__ import annotations
 
 from actorwire.messages._public import publish as _publish
-from actorwire.messages._runtime import (
+from actorwire.messages.kinds._runtime import (
     Ack,
     AckEntry,
     Hello,

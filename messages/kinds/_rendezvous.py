@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Union
 
-from ._base import Count, Message
+from .._base import Count, Message
 from ._enums import RendezvousRole
 
 

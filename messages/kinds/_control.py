@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Union
 
-from ._base import Count, Message, Record
+from .._base import Count, Message, Record
 from ._enums import SaveReason
 from ._metrics import EpochMetrics
 

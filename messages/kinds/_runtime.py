@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Union
 
-from ._base import ActorName, Count, Message, Record
+from .._base import ActorName, Count, Message, Record
 from ._enums import DownReason, ErrorCode
 
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from ._base import Count, Message, NonNegFloat, Record
+from .._base import Count, Message, NonNegFloat, Record
 
 
 class ScalarSum(Record, frozen=True, array_like=True):

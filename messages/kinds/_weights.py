@@ -14,7 +14,7 @@ from typing import Annotated, Union
 
 import msgspec
 
-from ._base import Count, Message
+from .._base import Count, Message
 from ._tensor import TensorRef
 
 #: ``seq`` is the consumer's *issue* index of a pull; it picks ring slot ``seq % K``.

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Union
 
-from ._base import Count, Message, NonNegFloat
+from .._base import Count, Message, NonNegFloat
 from ._enums import IntentKind
 from ._metrics import ResourceUsage
 

@@ -13,9 +13,9 @@ from typing import Annotated
 
 import msgspec
 
-from ._base import Count, Record
+from .._base import Count, Record
+from .._errors import InvalidArgument
 from ._enums import Plane
-from ._errors import InvalidArgument
 
 Dim = Annotated[int, msgspec.Meta(ge=0)]
 
