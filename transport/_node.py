@@ -289,7 +289,13 @@ class Node:
         self._wake_at = 0.0  # when the sleeping I/O thread will wake by itself
 
         # Receiving.
-        self._recv_seq: dict[tuple[str, str], int] = {}
+        # Inbound streams are keyed by the sending node (one incarnation of a process), the sender
+        # name and the target: a restarted process under a reused name starts fresh streams.
+        self._recv_seq: dict[tuple[str, str, str], int] = {}
+        # Former owners of names that were removed: messages they sent before leaving are still theirs.
+        self._former: dict[str, str] = {}
+        # What was refused, counted per (peer, reason) and logged once each (never once per record).
+        self._refusals: collections.Counter[tuple[str, str]] = collections.Counter()
         self._handled: dict[tuple[str, str, str], int] = {}
         self._handled_count = 0
         self._ack_due: float | None = None
@@ -945,15 +951,16 @@ class Node:
                 self._on_node_message(source, envelope, message, from_router)
                 known = not from_router or source in self._known_peers  # a Hello precedes the rest
             elif not known:
-                self._log.warning("dropped a message from a peer that did not say hello", source=source,
-                                  kind=type(message).wire_tag(), target=target)
+                self._refuse(source, "a message from a peer that did not say hello")
+            elif not self._speaks_for(source, envelope.sender):
+                self._refuse(source, f"a message signed {envelope.sender!r}, a name that node does not hold")
             elif envelope.is_reply:
                 if runs:  # keep a sender's tells ahead of its later reply
                     self._hand_over(runs)
                     runs = {}
-                self._resolve(envelope, message)
+                self._resolve(envelope, message, source)
             else:
-                key = (envelope.sender, target)
+                key = (source, envelope.sender, target)
                 if envelope.seq <= recv_seq.get(key, 0):
                     continue  # a re-sent duplicate
                 recv_seq[key] = envelope.seq
@@ -981,8 +988,7 @@ class Node:
         if deliver is None:
             gone = self._gone.get(envelope.target)
             reason = f"actor {envelope.target!r} " + (f"is {gone[0].value}" if gone else "does not run here")
-            self._log.warning("message for an actor not hosted here", source=source, sender=envelope.sender,
-                              target=envelope.target, kind=type(message).wire_tag())
+            self._refuse(source, f"a message for {envelope.target!r}, which does not run here")
             # Acknowledge it so the sender's credit is not held forever, and
             # answer an ask so the asker fails at once instead of timing out.
             self._handled[(source, envelope.sender, envelope.target)] = envelope.seq
@@ -1022,13 +1028,12 @@ class Node:
                 self._apply_update(update, skip=source)
             return
         if source not in self._known_peers and from_router:
-            self._log.warning("dropped a node message from a peer that did not say hello", source=source,
-                              kind=type(message).wire_tag())
+            self._refuse(source, "a node message from a peer that did not say hello")
             return
         if envelope.is_reply:
-            self._resolve(envelope, message)
+            self._resolve(envelope, message, source)
         elif isinstance(message, Ack):
-            self._on_ack(message)
+            self._on_ack(message, source)
         elif isinstance(message, NodeHeartbeat):
             pass  # the stamp was refreshed on arrival
         elif isinstance(message, Welcome):
@@ -1046,6 +1051,9 @@ class Node:
             self._join_error = JoinRefused(f"the root refused this process: {message.reason}")
             self._joined.set()
         elif isinstance(message, RegistryUpdate):
+            if self.is_root or source != self._root_id:
+                self._refuse(source, "a registry update; only the root changes the registry")
+                return
             self._apply_update(message, broadcast=False)
         elif isinstance(message, NodeExiting) and not self.is_root:
             pass  # the root left; its names arrive as a registry update from nobody: handle below
@@ -1103,18 +1111,52 @@ class Node:
                         self._rehome(sender, target, node_id)
         for name in update.removed:
             reason = update.reasons.get(name, DownReason.DEAD)
-            self._routes.pop(name, None)
+            former = self._routes.pop(name, None)
+            if former is not None:
+                self._former[name] = former
             self._gone[name] = (reason, update.detail)
             self._fail_target(name, reason, update.detail)
             self._on_down(name, reason, update.detail)
         for node_id in update.left_nodes:
             self._nodes.pop(node_id, None)
+            for key in [k for k in self._recv_seq if k[0] == node_id]:
+                del self._recv_seq[key]
+            for name in [n for n, owner in self._former.items() if owner == node_id]:
+                del self._former[name]
             self._known_peers.discard(node_id)
             self._router_of.pop(node_id, None)
             link = self._links.pop(node_id, None)
             if link is not None and node_id != self._root_id:
                 self._poller.unregister(link.socket)
                 link.socket.close(linger=0)
+
+    def _speaks_for(self, source: str, sender: str) -> bool:
+        """Whether node ``source`` may send as ``sender``: it holds the name, held it until it was
+        removed, or the name is one of its own user threads' (``~<node id>/...``)."""
+        if sender.startswith("~"):
+            return sender.startswith(f"~{source}/")
+        owner = self._routes.get(sender)
+        if owner is None:
+            owner = self._former.get(sender)
+        return owner == source or (owner is None and not self.is_root)
+
+    def _answerer(self, pending: _PendingAsk) -> str | None:
+        """The node whose reply resolves ``pending``: the root for node requests, else the target's host."""
+        if pending.target == "root":
+            return self._root_id
+        return self._routes.get(pending.target) or self._former.get(pending.target)
+
+    def _refuse(self, peer: str, what: str) -> None:
+        """Drop what ``peer`` sent: logged the first time per (peer, reason), counted after that."""
+        key = (peer, what)
+        self._refusals[key] += 1
+        if self._refusals[key] == 1:
+            self._log.warning("refused what a peer sent; further ones are counted, not logged",
+                              peer=peer, what=what)
+
+    def refusals(self) -> dict[tuple[str, str], int]:
+        """How often each (peer, reason) was refused since the node started."""
+        return dict(self._refusals)
 
     def _rehome(self, sender: str, target: str, node_id: str) -> None:
         """``target`` moved to ``node_id`` (a takeover): re-send all it has not handled."""
@@ -1148,11 +1190,14 @@ class Node:
             if pending.target == name:
                 self._finish_ask(pending, error)
 
-    def _on_ack(self, ack: Ack) -> None:
+    def _on_ack(self, ack: Ack, source: str) -> None:
         now = time.monotonic()
         for entry in ack.entries:
             pair = self._pairs.get((entry.sender, entry.target))
             if pair is None:
+                continue
+            if pair.node_id != source:
+                self._refuse(source, f"an ack for {entry.target!r}, which that node does not host")
                 continue
             unacked = pair.unacked
             popped = 0
@@ -1177,18 +1222,23 @@ class Node:
         handled, self._handled = self._handled, {}
         by_node: dict[str, list[AckEntry]] = collections.defaultdict(list)
         for (source, sender, target), seq in handled.items():
-            received = self._recv_seq.get((sender, target), seq)
+            received = self._recv_seq.get((source, sender, target), seq)
             by_node[source].append(AckEntry(sender=sender, target=target, received=received, handled=seq))
         for source, entries in by_node.items():
             self._send_node(source, Ack(entries=entries))
 
     # -- replies and deadlines -----------------------------------------
 
-    def _resolve(self, envelope: Envelope, message: Message) -> None:
+    def _resolve(self, envelope: Envelope, message: Message, source: str | None = None) -> None:
+        """A reply to one of our asks; ``source`` is the node it came from (None: this one)."""
         pending = self._asks.get(envelope.correlation_id)
         if pending is None:
             self._log.debug("late or unknown reply dropped", corr=envelope.correlation_id,
                             sender=envelope.sender, kind=type(message).wire_tag())
+            return
+        if source is not None and source != self._answerer(pending):
+            # Replies are matched on (node, correlation id): a correlation id alone is guessable.
+            self._refuse(source, f"a reply to an ask it was not sent (correlation id {envelope.correlation_id})")
             return
         if isinstance(message, ErrorReply) and pending.target != "root":
             self._finish_ask(pending, RemoteError(pending.target, message.code, message.message))

@@ -221,7 +221,7 @@ def test_garbage_frames_are_dropped_and_the_node_keeps_serving() -> None:
         sock.setsockopt(zmq.LINGER, 0)
         sock.connect(system.endpoint)
         codec = m.Codec()
-        env = m.Envelope(sender="intruder-actor", target="counter", seq=1)
+        env = m.Envelope(sender="~intruder/1", target="counter", seq=1)  # a user thread of its own node
         valid = codec.join_records([codec.encode_record(env, m.Heartbeat(rank=0, step_count=0))])
         try:
             sock.send(os.urandom(64))                                   # random bytes
