@@ -228,3 +228,24 @@ class FaultyConsumer(ModelConsumer):
         if msg.seq == self.at_seq:
             os.kill(os.getpid(), signal.SIGKILL if self.how == "kill" else signal.SIGSTOP)
         super().on_reply(msg, ctx)
+
+
+class Tally(Actor):
+    """Counts heartbeats by sender; ``Throttle`` blocks its handler for $TALLY_SECONDS (default 2)."""
+
+    def __init__(self) -> None:
+        self.count = 0
+        self.senders: list[str] = []
+
+    @handler
+    def on_throttle(self, msg: m.Throttle, ctx: Context) -> None:
+        time.sleep(float(os.environ.get("TALLY_SECONDS", "2")))
+
+    @handler
+    def on_heartbeat(self, msg: m.Heartbeat, ctx: Context) -> None:
+        self.count += 1
+        self.senders.append(ctx.sender or "")
+
+    @handler
+    def on_sync_now(self, msg: m.SyncNow, ctx: Context) -> None:
+        ctx.reply(m.SyncAck(rank=len(set(self.senders)), step_count=self.count))

@@ -100,7 +100,7 @@ from actorwire.transport._errors import (
     WouldBlock,
 )
 from actorwire.transport._log import get_logger
-from actorwire.transport._registry import Registry, RegistryError
+from actorwire.transport._registry import HELD_BY_A_LIVE_NODE, Registry, RegistryError
 from actorwire.transport._security import ZAP_ENDPOINT, Security
 from actorwire.transport._settings import settings
 
@@ -274,7 +274,7 @@ class Node:
         self._root_id: str | None = self.node_id if self.is_root else None
         self._registry: Registry | None = (
             Registry(root_node=self.info, staleness_timeout=self.config.scaled(self.config.staleness_timeout),
-                     now=time.monotonic())
+                     now=time.monotonic(), process_alive=_process_alive)
             if self.is_root else None
         )
 
@@ -417,11 +417,24 @@ class Node:
         if deliver_many is not None:
             self._bulk[name] = deliver_many
         try:
-            self._request_root(Register(names=[name], takeover=self._takeover), timeout)
+            self._register(name, timeout)
         except BaseException:
             self._local.pop(name, None)
             self._bulk.pop(name, None)
             raise
+
+    def _register(self, name: str, timeout: float) -> None:
+        """Register ``name``; a takeover waits (up to ``timeout``) for the holder to be proven gone."""
+        deadline = time.monotonic() + self.config.scaled(timeout)
+        while True:
+            try:
+                self._request_root(Register(names=[name], takeover=self._takeover),
+                                   max(0.05, deadline - time.monotonic()))
+                return
+            except JoinRefused as exc:
+                if not (self._takeover and HELD_BY_A_LIVE_NODE in str(exc)) or time.monotonic() > deadline:
+                    raise
+            time.sleep(min(0.1, self._staleness / 10))
 
     def remove_local(self, name: str) -> None:
         """Actor ``name`` stopped cleanly: watchers get ``Down(exited)``."""
@@ -1311,6 +1324,21 @@ class Node:
                 pair.progress_at = now
                 if resent:
                     self._log.info("re-sending messages not acknowledged", target=pair.target, count=resent)
+
+
+def _process_alive(pid: int) -> bool:
+    """Whether process ``pid`` of this host still runs (a zombie does not)."""
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as stat:
+            return stat.read().rsplit(b")", 1)[-1].split()[0] != b"Z"
+    except (OSError, IndexError):
+        return True
 
 
 def _wake_pipe() -> tuple[int, int]:

@@ -11,11 +11,21 @@ Liveness rules:
 * a launched process that exited without saying ``NodeExiting`` is ``dead``;
 * a node that said ``NodeExiting`` is latched as ``exited``: neither detector
   fires for it afterwards, so a clean exit is never counted as a death.
+
+Names:
+
+* a name is held by one node; another node may take it over (``takeover``)
+  only once its holder is proven gone: latched as exiting, or, on the root's
+  host, its process no longer exists (``process_alive`` says so).  While the
+  holder may be alive the claim is refused with :data:`HELD_BY_A_LIVE_NODE`,
+  and the claimant may ask again; the holder's death (staleness, exit
+  detection) frees the name.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 
 from actorwire.messages import DownReason, UsageError
 from actorwire.messages.runtime import NodeInfo, RegistryUpdate
@@ -23,6 +33,10 @@ from actorwire.messages.runtime import NodeInfo, RegistryUpdate
 
 class RegistryError(UsageError):
     """A request the registry refuses (the requester asked for what it may not have); the text goes back to it."""
+
+
+#: The start of a refusal's reason when a takeover waits for the holder to be proven gone.
+HELD_BY_A_LIVE_NODE = "held by a node that may be alive"
 
 
 @dataclasses.dataclass
@@ -34,8 +48,12 @@ class _Node:
 
 
 class Registry:
-    def __init__(self, *, root_node: NodeInfo, staleness_timeout: float, now: float) -> None:
+    def __init__(self, *, root_node: NodeInfo, staleness_timeout: float, now: float,
+                 process_alive: Callable[[int], bool] | None = None) -> None:
+        """``process_alive(pid)`` answers for processes on the root's host (default: never proven dead)."""
         self.staleness_timeout = staleness_timeout
+        self._process_alive = process_alive or (lambda pid: True)
+        self._host = root_node.host
         self.root_id = root_node.node_id
         self._nodes: dict[str, _Node] = {root_node.node_id: _Node(root_node, now)}
         self._names: dict[str, str] = {}
@@ -72,8 +90,13 @@ class Registry:
             raise RegistryError(f"node {node_id!r} has not joined")
         for name in names:
             holder = self._names.get(name)
-            if holder is not None and holder != node_id and not takeover:
+            if holder is None or holder == node_id:
+                continue
+            if not takeover:
                 raise RegistryError(f"actor name {name!r} is already taken by node {holder!r}")
+            if not self._gone(holder):
+                raise RegistryError(f"{HELD_BY_A_LIVE_NODE}: actor name {name!r} (node {holder!r}); "
+                                    f"it can be taken over once that node is dead or exited")
         for name in names:
             holder = self._names.get(name)
             if holder is not None and holder != node_id:
@@ -81,6 +104,15 @@ class Registry:
             self._names[name] = node_id
             node.names.add(name)
         return RegistryUpdate(added={name: node_id for name in names})
+
+    def _gone(self, node_id: str) -> bool:
+        """Whether node ``node_id`` is proven gone: exiting, or a process of this host that no longer exists."""
+        node = self._nodes[node_id]
+        if node.exiting:
+            return True
+        info = node.info
+        return node_id != self.root_id and info.host == self._host and info.pid > 0 \
+            and not self._process_alive(info.pid)
 
     def unregister(self, node_id: str, names: list[str]) -> RegistryUpdate:
         node = self._nodes.get(node_id)

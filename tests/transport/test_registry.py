@@ -46,7 +46,9 @@ def test_register_from_unknown_node() -> None:
 
 
 def test_duplicate_name_is_refused_unless_takeover() -> None:
-    reg = registry()
+    reg = Registry(root_node=ROOT, staleness_timeout=3.0, now=0.0, process_alive=lambda pid: False)
+    reg.join(NodeInfo(node_id="a", endpoints=["ipc:///tmp/a"], host="h", pid=7), now=0.0)  # its process is gone
+    reg.join(B, now=0.0)
     reg.register("a", ["coordinator"])
     with pytest.raises(RegistryError, match="actor name 'coordinator' is already taken by node 'a'"):
         reg.register("b", ["coordinator"])
@@ -112,3 +114,24 @@ def test_exit_of_unknown_node_is_ignored() -> None:
     reg = registry()
     assert reg.process_exited("ghost", 1).removed == []
     assert reg.exiting("ghost").removed == []
+
+
+def test_a_takeover_waits_until_the_holder_is_proven_gone() -> None:
+    alive = {111: True}
+    reg = Registry(root_node=NodeInfo(node_id="root", endpoints=["ipc:///r"], host="h"), staleness_timeout=3.0,
+                   now=0.0, process_alive=lambda pid: alive.get(pid, False))
+    reg.join(NodeInfo(node_id="a", endpoints=["ipc:///a"], host="h", pid=111), now=0.0)
+    reg.join(NodeInfo(node_id="b", endpoints=["ipc:///b"], host="h", pid=222), now=0.0)
+    reg.join(NodeInfo(node_id="far", endpoints=["tcp://x:1"], host="elsewhere", pid=5), now=0.0)
+    reg.register("a", ["worker/1"])
+    reg.register("far", ["worker/2"])
+    reg.register("root", ["coordinator"])
+    for name in ("worker/1", "worker/2", "coordinator"):
+        with pytest.raises(RegistryError, match=f"held by a node that may be alive: actor name '{name}'"):
+            reg.register("b", [name], takeover=True)
+    alive[111] = False  # the holder's process is gone (checked on the root's host only)
+    assert reg.register("b", ["worker/1"], takeover=True).added == {"worker/1": "b"}
+    with pytest.raises(RegistryError, match="may be alive"):
+        reg.register("b", ["worker/2"], takeover=True)  # another host: only its staleness frees it
+    reg.exiting("far")
+    assert reg.names.get("worker/2") is None
