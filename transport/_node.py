@@ -128,12 +128,13 @@ _ACK_DELAY = 0.002  # otherwise acks leave within 2 ms
 class _Pair:
     """Send state of one (sender, remote target) stream."""
 
-    __slots__ = ("target", "node_id", "sent", "handled", "received", "unacked", "cond",
+    __slots__ = ("target", "node_id", "window", "sent", "handled", "received", "unacked", "cond",
                  "waiting", "progress_at")
 
-    def __init__(self, target: str, node_id: str, now: float) -> None:
+    def __init__(self, target: str, node_id: str, now: float, window: int) -> None:
         self.target = target
         self.node_id = node_id
+        self.window = window  # the smaller of ours and the one the receiver grants
         self.sent = 0  # messages appended to unacked (sender thread only)
         self.handled = 0  # messages popped by acks (I/O thread only)
         self.received = 0  # highest seq the receiver has seen
@@ -141,6 +142,16 @@ class _Pair:
         self.cond = threading.Condition(threading.Lock())
         self.waiting = False
         self.progress_at = now
+
+
+class _InStream:
+    """Receive state of one (sending node, sender, target) stream (I/O thread only)."""
+
+    __slots__ = ("received", "pending")
+
+    def __init__(self) -> None:
+        self.received = 0  # highest seq accepted
+        self.pending: collections.deque[int] = collections.deque()  # accepted, not yet acked as handled
 
 
 @dataclasses.dataclass(eq=False)
@@ -229,6 +240,8 @@ class Node:
         if bind_tcp is not None:
             self._security.check_tcp(tcp_host(bind_tcp), f"the bind address {bind_tcp}")
 
+        # libzmq drops a connection whose frame exceeds this, before Python allocates it.
+        self._frame_cap = self.config.max_message_size + 64
         self._ctx = zmq.Context()
         self._router = self._new_router()
         endpoints = [ipc_endpoint(run_id, self.node_id)]
@@ -259,7 +272,7 @@ class Node:
         self._router_of: dict[str, zmq.Socket] = {}
         public = self._security.public.decode() if self._security.curve and self._security.public else None
         self.info = NodeInfo(node_id=self.node_id, endpoints=endpoints, host=self.host, pid=os.getpid(),
-                             curve_key=public if bind_tcp is not None else None)
+                             curve_key=public if bind_tcp is not None else None, window=self.config.window)
         self.root_endpoint = root_endpoint or next((e for e in endpoints if is_tcp(e)), endpoints[0])
 
         # Routing state.  Written by the I/O thread; read by sending threads
@@ -291,7 +304,7 @@ class Node:
         # Receiving.
         # Inbound streams are keyed by the sending node (one incarnation of a process), the sender
         # name and the target: a restarted process under a reused name starts fresh streams.
-        self._recv_seq: dict[tuple[str, str, str], int] = {}
+        self._streams: dict[tuple[str, str, str], _InStream] = {}
         # Former owners of names that were removed: messages they sent before leaving are still theirs.
         self._former: dict[str, str] = {}
         # What was refused, counted per (peer, reason) and logged once each (never once per record).
@@ -328,7 +341,8 @@ class Node:
 
     def _new_router(self) -> zmq.Socket:
         sock = self._ctx.socket(zmq.ROUTER)
-        for opt, val in ((zmq.LINGER, 0), (zmq.SNDHWM, 0), (zmq.RCVHWM, 0), (zmq.ROUTER_MANDATORY, 1)):
+        for opt, val in ((zmq.LINGER, 0), (zmq.SNDHWM, 0), (zmq.RCVHWM, 0), (zmq.ROUTER_MANDATORY, 1),
+                         (zmq.MAXMSGSIZE, self._frame_cap)):
             sock.setsockopt(opt, val)
         return sock
 
@@ -525,9 +539,9 @@ class Node:
         pair = self._pairs.get((sender, target))
         if pair is None or pair.node_id != node_id:
             pair = self._pair(sender, target, node_id)
-        if pair.sent - pair.handled >= self.config.window:
+        if pair.sent - pair.handled >= pair.window:
             if not block:
-                raise WouldBlock(f"{target!r} has {self.config.window} unhandled messages from {sender!r}")
+                raise WouldBlock(f"{target!r} has {pair.window} unhandled messages from {sender!r}")
             self._wait_credit(pair, target, type(message).wire_tag(), wait)
         record = self._codec.encode_record_fields(
             sender, target, seq, correlation_id, False, time.monotonic_ns(), time.time_ns(), trace_id, message
@@ -615,7 +629,9 @@ class Node:
     def _pair(self, sender: str, target: str, node_id: str) -> _Pair:
         pair = self._pairs.get((sender, target))
         if pair is None:
-            pair = _Pair(target, node_id, time.monotonic())
+            info = self._nodes.get(node_id)
+            granted = info.window if info is not None and info.window else self.config.window
+            pair = _Pair(target, node_id, time.monotonic(), min(self.config.window, granted))
             self._pairs[(sender, target)] = pair
         elif pair.node_id != node_id:
             self._command(("rehome", sender, target, node_id))
@@ -629,7 +645,7 @@ class Node:
         with pair.cond:
             pair.waiting = True
             try:
-                while pair.sent - pair.handled >= self.config.window:
+                while pair.sent - pair.handled >= pair.window:
                     left = deadline - time.monotonic()
                     if left <= 0:
                         raise BackpressureTimeout(target, kind, wait, pair.sent - pair.handled)
@@ -810,7 +826,7 @@ class Node:
         info = self._nodes[node_id]
         endpoint = pick_endpoint(info.endpoints, info.host, self.host, prefer_tcp=self._prefer_tcp)
         sock = self._ctx.socket(zmq.DEALER)
-        for opt, val in ((zmq.LINGER, 0), (zmq.SNDHWM, 0), (zmq.RCVHWM, 0)):
+        for opt, val in ((zmq.LINGER, 0), (zmq.SNDHWM, 0), (zmq.RCVHWM, 0), (zmq.MAXMSGSIZE, self._frame_cap)):
             sock.setsockopt(opt, val)
         sock.setsockopt(zmq.IDENTITY, self.node_id.encode())
         if is_tcp(endpoint):
@@ -825,7 +841,7 @@ class Node:
 
     def _connect_root(self) -> None:
         sock = self._ctx.socket(zmq.DEALER)
-        for opt, val in ((zmq.LINGER, 0), (zmq.SNDHWM, 0), (zmq.RCVHWM, 0)):
+        for opt, val in ((zmq.LINGER, 0), (zmq.SNDHWM, 0), (zmq.RCVHWM, 0), (zmq.MAXMSGSIZE, self._frame_cap)):
             sock.setsockopt(opt, val)
         sock.setsockopt(zmq.IDENTITY, self.node_id.encode())
         if is_tcp(self.root_endpoint):
@@ -941,6 +957,10 @@ class Node:
         elif source == self._root_id or source == "@root":
             self._root_seen = time.monotonic()
         codec = self._codec
+        if from_router and len(frames) != 2 and source not in self._known_peers:
+            # A connection opens with a two-frame hello; nothing else is decoded before it.
+            self._refuse(source, "a batch from a peer that did not say hello")
+            return
         if len(frames) == 1:
             pairs, errors = codec.decode_batch(frames[0])
         elif len(frames) == 2:
@@ -957,7 +977,8 @@ class Node:
         # Tells are gathered per target and handed over in one call per run
         # (profile: per-message hand-off was a third of the I/O thread's time).
         runs: dict[str, list[tuple[Envelope, Message, str]]] = {}
-        recv_seq = self._recv_seq
+        streams = self._streams
+        window = self.config.window
         for envelope, message in pairs:
             target = envelope.target
             if target == NODE:
@@ -974,9 +995,17 @@ class Node:
                 self._resolve(envelope, message, source)
             else:
                 key = (source, envelope.sender, target)
-                if envelope.seq <= recv_seq.get(key, 0):
+                stream = streams.get(key)
+                if stream is None:
+                    stream = streams[key] = _InStream()
+                if envelope.seq <= stream.received:
                     continue  # a re-sent duplicate
-                recv_seq[key] = envelope.seq
+                if len(stream.pending) >= window:
+                    self._expel(source, f"it overran the credit window ({window} unhandled messages from "
+                                        f"{envelope.sender!r} to {target!r})")
+                    break
+                stream.received = envelope.seq
+                stream.pending.append(envelope.seq)
                 run = runs.get(target)
                 if run is None:
                     runs[target] = run = []
@@ -1132,8 +1161,8 @@ class Node:
             self._on_down(name, reason, update.detail)
         for node_id in update.left_nodes:
             self._nodes.pop(node_id, None)
-            for key in [k for k in self._recv_seq if k[0] == node_id]:
-                del self._recv_seq[key]
+            for key in [k for k in self._streams if k[0] == node_id]:
+                del self._streams[key]
             for name in [n for n, owner in self._former.items() if owner == node_id]:
                 del self._former[name]
             self._known_peers.discard(node_id)
@@ -1166,6 +1195,16 @@ class Node:
         if self._refusals[key] == 1:
             self._log.warning("refused what a peer sent; further ones are counted, not logged",
                               peer=peer, what=what)
+
+    def _expel(self, peer: str, why: str) -> None:
+        """Disconnect ``peer`` for breaking the protocol: its hello is forgotten (all it sends is
+        refused until it says hello again) and the root declares its node dead."""
+        self._refuse(peer, f"disconnected: {why}")
+        self._known_peers.discard(peer)
+        for key in [k for k in self._streams if k[0] == peer]:
+            del self._streams[key]
+        if self._registry is not None and self._registry.has_node(peer) and peer != self.node_id:
+            self._apply_update(self._registry.expel(peer, why))
 
     def refusals(self) -> dict[tuple[str, str], int]:
         """How often each (peer, reason) was refused since the node started."""
@@ -1234,8 +1273,16 @@ class Node:
             return
         handled, self._handled = self._handled, {}
         by_node: dict[str, list[AckEntry]] = collections.defaultdict(list)
-        for (source, sender, target), seq in handled.items():
-            received = self._recv_seq.get((source, sender, target), seq)
+        streams = self._streams
+        for key, seq in handled.items():
+            source, sender, target = key
+            stream = streams.get(key)
+            received = seq
+            if stream is not None:
+                received = stream.received
+                pending = stream.pending
+                while pending and pending[0] <= seq:
+                    pending.popleft()
             by_node[source].append(AckEntry(sender=sender, target=target, received=received, handled=seq))
         for source, entries in by_node.items():
             self._send_node(source, Ack(entries=entries))

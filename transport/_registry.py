@@ -137,6 +137,12 @@ class Registry:
             return RegistryUpdate()
         return self._drop(node_id, DownReason.DEAD, f"process exited with status {returncode}")
 
+    def expel(self, node_id: str, why: str) -> RegistryUpdate:
+        """A node that broke the protocol is disconnected: its names go down as ``dead``."""
+        if node_id not in self._nodes or node_id == self.root_id:
+            return RegistryUpdate()
+        return self._drop(node_id, DownReason.DEAD, f"disconnected: {why}")
+
     def check(self, now: float) -> list[RegistryUpdate]:
         """Staleness: every node (but the root) silent for too long is unreachable."""
         updates = []

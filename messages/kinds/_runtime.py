@@ -23,6 +23,8 @@ class NodeInfo(Record, frozen=True):
     pid: Count = 0
     #: z85 CURVE public key of its tcp endpoint (None: no tcp, or plain loopback tcp).
     curve_key: str | None = None
+    #: The credit window it grants each stream it receives (0: not said; a sender then uses its own).
+    window: Count = 0
 
 
 class Hello(Message, frozen=True, tag="hello"):

@@ -137,3 +137,53 @@ def test_a_forged_sequence_number_cannot_silence_another_sender(system: ActorSys
         assert liar.register(["liar/2"])["type"] == "registry_update"  # a round trip: the tells were read
     # The real worker/1 (another process, its own stream) loses nothing.
     assert _tell_as_worker_1(system, 0, 51) == (0, 52)
+
+
+# -- bounds -------------------------------------------------------------------
+
+def test_every_socket_caps_a_frame_at_the_message_size_before_python_sees_it() -> None:
+    import zmq
+
+    config = RuntimeConfig(heartbeat_interval=0.2, staleness_timeout=5.0, max_message_size=1 << 16)
+    with ActorSystem(config=config) as system:
+        with WireClient(system.endpoint, system.run_id) as liar:
+            liar.send_frames([os.urandom(1 << 20)])  # before hello; libzmq drops the connection
+        with _liar(system) as honest:  # the node goes on serving
+            system.inbox("victim")
+            honest.tell("liar/1", "victim", {"type": "sync_now"})
+        node = system._node
+        sockets = [node._router, *(link.socket for link in node._links.values())]
+        assert all(sock.getsockopt(zmq.MAXMSGSIZE) == (1 << 16) + 64 for sock in sockets)
+
+
+def test_a_flood_from_a_peer_that_never_said_hello_is_refused_unread_and_logged_once(
+        system: ActorSystem, caplog: pytest.LogCaptureFixture) -> None:
+    with WireClient(system.endpoint, system.run_id) as liar:
+        record = (envelope("~x/1", "victim", 1), {"type": "sync_now"})
+        for _ in range(20):
+            liar.send(*[record] * 10_000)
+        with _liar(system) as honest:  # another peer is served meanwhile
+            victim = system.inbox("victim")
+            honest.tell("liar/1", "victim", {"type": "sync_now"})
+            assert victim.get(timeout=10) is not None
+        _wait_until(lambda: sum(n for (peer, _), n in system._node.refusals().items()
+                                if peer == liar.node_id) == 20)
+    lines = [r for r in caplog.records if liar.node_id in r.getMessage()]
+    assert len(lines) == 1, [r.getMessage() for r in lines]
+
+
+def test_a_peer_that_overruns_its_credit_window_is_disconnected(setenv: Callable[[str, str | None], None]) -> None:
+    from _actors import Tally
+
+    setenv("TALLY_SECONDS", "1")
+    config = RuntimeConfig(heartbeat_interval=0.2, staleness_timeout=5.0, window=16)
+    with ActorSystem(config=config) as system:
+        system.spawn(Tally(), "tally")
+        with _liar(system) as liar:
+            assert liar.hello  # it read the window it was granted in the welcome's node table
+            liar.tell("liar/1", "tally", {"type": "throttle"})
+            for step in range(100):  # ignores the credit it was granted
+                liar.tell("liar/1", "tally", {"type": "heartbeat", "rank": 0, "step_count": step})
+            _wait_until(lambda: "liar/1" not in system.names())
+        tally = system.ask("tally", m.SyncNow(), timeout=30)
+        assert tally.step_count < 16  # type: ignore[attr-defined]
