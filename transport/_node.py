@@ -1047,10 +1047,10 @@ class Node:
     def _on_node_message(self, source: str, envelope: Envelope, message: Message, from_router: bool) -> None:
         if isinstance(message, Hello):
             if message.run_id != self.run_id or message.protocol_version != PROTOCOL_VERSION:
-                why = (f"run id {message.run_id!r} is not this run's {self.run_id!r}"
-                       if message.run_id != self.run_id
+                # The reason names nothing the peer did not send: the run id is a secret.
+                why = ("wrong run id" if message.run_id != self.run_id
                        else f"protocol version {message.protocol_version} is not {PROTOCOL_VERSION}")
-                self._log.warning("refused a peer", peer=source, host=message.node.host, reason=why)
+                self._refuse(source, f"a hello: {why}")
                 self._send_node(source, Refused(reason=why))
                 return
             if message.node.node_id != source:

@@ -33,6 +33,7 @@ from actorwire.actors.control._ledger import (
 )
 from actorwire.actors.runtime._actor import Actor, handler
 from actorwire.actors.runtime._context import Context
+from actorwire.transport import ActorDead, UnknownActor
 from actorwire.messages import (
     Batch,
     Checkpoint,
@@ -159,12 +160,19 @@ class Coordinator(Actor):
             if ctx.correlation_id:
                 ctx.reply(JoinRejected(reason=reason))
             return
+        name = ctx.sender or ""
+        try:  # nothing is claimed before the joiner is proven to be a registered actor
+            ctx.watch(name)
+        except (UnknownActor, ActorDead) as exc:
+            ctx.log.warning("join refused", rank=msg.rank, reason=str(exc))
+            if ctx.correlation_id:
+                ctx.reply(JoinRejected(reason=f"the sender {name!r} is not a registered actor"))
+            return
         if not self.settings.model_signature and not self.ranks:
             self._signature = msg.model_signature
-        r = RankState(msg.rank, ctx.sender or "", ctx.now())
+        r = RankState(msg.rank, name, ctx.now())
         self.ranks[msg.rank] = r
         self.by_name[r.name] = msg.rank
-        ctx.watch(r.name)
         if ctx.correlation_id:
             ctx.reply(JoinAccepted(rank=msg.rank, world_size=self.settings.world_size))
         if len(self.ranks) == self.settings.world_size:

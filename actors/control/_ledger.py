@@ -182,7 +182,7 @@ def join_refusal(c: CoordinatorConfig, msg: JoinRequest, *, started: bool, joine
     if started:
         return f"the run has started; rank {msg.rank} cannot join now"
     if msg.run_id != c.run_id:
-        return f"run id {msg.run_id!r} is not this run's {c.run_id!r}"
+        return "wrong run id"  # naming the run's id would hand it to whoever asks
     if msg.world_size != c.world_size:
         return f"world size {msg.world_size} does not match the run's {c.world_size}"
     if msg.rank >= c.world_size:

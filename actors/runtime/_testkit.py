@@ -59,7 +59,8 @@ class ActorHarness:
         """Run the handler for ``message``; returns what it sent."""
         if not self.started:
             self.start()
-        self.ctx.known.add(sender)
+        if not sender.startswith("~"):  # a user thread's name ("~<node>/<thread>") is never registered
+            self.ctx.known.add(sender)
         envelope = Envelope(sender=sender, target=self.ctx.name, seq=next(self._seq),
                             correlation_id=correlation_id, is_reply=is_reply,
                             mono_ns=int(self.ctx.clock * 1e9), wall_ns=int(self.ctx.wall() * 1e9))

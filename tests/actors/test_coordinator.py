@@ -57,7 +57,7 @@ def metrics(h: ActorHarness, rank: int, epoch: int, batches: int = 30, loss: flo
     ("request_", "reason"),
     [
         (m.JoinRequest(rank=0, world_size=3, run_id="other", model_signature="sig"),
-         "run id 'other' is not this run's 'run-1'"),
+         "wrong run id"),  # never the run's own id: a refusal must not hand it out
         (m.JoinRequest(rank=0, world_size=4, run_id=RUN, model_signature="sig"),
          "world size 4 does not match the run's 3"),
         (m.JoinRequest(rank=5, world_size=3, run_id=RUN, model_signature="sig"),
@@ -67,6 +67,16 @@ def metrics(h: ActorHarness, rank: int, epoch: int, batches: int = 30, loss: flo
 def test_join_mismatch_is_refused_with_a_reason(request_: m.JoinRequest, reason: str) -> None:
     h = make()
     assert h.ask(request_, sender="worker/0") == m.JoinRejected(reason=reason)
+
+
+def test_a_join_from_an_unregistered_sender_claims_nothing() -> None:
+    h = make()
+    assert h.ask(m.JoinRequest(rank=0, world_size=3, run_id=RUN, model_signature="sig"), sender="~intruder/1") == \
+        m.JoinRejected(reason="the sender '~intruder/1' is not a registered actor")
+    # Rank 0 is still free for the real rank, and the coordinator's tick still runs.
+    assert h.ask(m.JoinRequest(rank=0, world_size=3, run_id=RUN, model_signature="sig"), sender="worker/0") == \
+        m.JoinAccepted(rank=0, world_size=3)
+    h.advance(2.0)  # the tick runs without failing
 
 
 def test_model_signature_and_duplicate_rank() -> None:

@@ -187,3 +187,10 @@ def test_a_peer_that_overruns_its_credit_window_is_disconnected(setenv: Callable
             _wait_until(lambda: "liar/1" not in system.names())
         tally = system.ask("tally", m.SyncNow(), timeout=30)
         assert tally.step_count < 16  # type: ignore[attr-defined]
+
+
+def test_refusals_reveal_no_run_id(system: ActorSystem) -> None:
+    with WireClient(system.endpoint, system.run_id) as probe:
+        answer = probe.hello(run_id="guess")
+    assert answer == {"type": "refused", "reason": "wrong run id"}
+    assert system.run_id not in repr(answer)

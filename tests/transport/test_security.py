@@ -90,7 +90,7 @@ def test_a_plain_text_peer_gets_nothing_through(tmp_path: pathlib.Path) -> None:
 
 def test_a_peer_of_another_run_is_refused_with_the_reason(tmp_path: pathlib.Path) -> None:
     with _root(tmp_path) as root:
-        with pytest.raises(JoinRefused, match="is not this run's"):
+        with pytest.raises(JoinRefused, match="wrong run id"):
             ActorSystem(join=root.endpoint, run_id="another-run", config=QUICK,
                         security=Security(keys=str(tmp_path / "cluster")))
         assert root.names() == ["echo"]
