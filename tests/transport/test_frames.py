@@ -54,14 +54,14 @@ def test_a_released_group_is_an_error_not_a_hang(exporter: FramesExporter, impor
 def test_a_fetch_beyond_the_buffer_is_refused(exporter: FramesExporter, importer: FramesImporter) -> None:
     _, refs = exporter.export({"x": torch.ones(4)})
     bad = msgspec.structs.replace(refs["x"], nbytes=1 << 20)
-    with pytest.raises(LookupError, match="beyond buffer"):
+    with pytest.raises(LookupError, match="beyond the buffer"):
         importer.open(bad)
 
 
 def test_no_server_times_out_with_the_endpoint_named() -> None:
     imp = FramesImporter(timeout=0.3)
     ref = TensorRef(dtype="float32", shape=[2], stride=[1], plane=Plane.FRAMES,
-                    handle=handle_for("tcp://127.0.0.1:9", 1), nbytes=8)
+                    handle=handle_for("tcp://127.0.0.1:9", bytes(16)), nbytes=8)
     try:
         with pytest.raises(TimeoutError, match="tcp://127.0.0.1:9"):
             imp.open(ref)
@@ -99,3 +99,38 @@ def test_tcp_follows_the_bus_rules(tmp_path, monkeypatch: pytest.MonkeyPatch) ->
         stranger.drop()
     finally:
         ex.close()
+
+
+def test_over_curve_a_key_outside_the_allow_list_reads_nothing(tmp_path) -> None:
+    from actorwire.transport._security import Security, keygen
+
+    keygen(tmp_path / "cluster")
+    keygen(tmp_path / "elsewhere")  # a valid key pair the cluster never listed
+    ex = FramesExporter("tcp://127.0.0.1:0", security=Security(keys=str(tmp_path / "cluster")))
+    try:
+        _, refs = ex.export({"w": torch.arange(5.0)})
+        outsider = FramesImporter(timeout=1, security=Security(keys=str(tmp_path / "elsewhere")))
+        try:
+            with pytest.raises(TimeoutError, match="no answer from the frames server"):
+                outsider.open(refs["w"])  # the handshake is refused: no byte comes back
+        finally:
+            outsider.drop()
+    finally:
+        ex.close()
+
+
+def test_buffer_keys_are_random_and_a_guessed_one_reads_nothing(exporter: FramesExporter,
+                                                                 importer: FramesImporter) -> None:
+    first, refs = exporter.export({"x": torch.ones(4)})
+    second, _ = exporter.export({"y": torch.ones(4)})
+    assert len(first) == len(second) == 16 and first != second
+    endpoint = msgspec.msgpack.decode(refs["x"].handle)[0]
+    for guess in (bytes(16), (1).to_bytes(16, "little"), first[:-1] + bytes([first[-1] ^ 1])):
+        forged = msgspec.structs.replace(refs["x"], handle=handle_for(endpoint, guess))
+        with pytest.raises(LookupError, match="not exported"):
+            importer.open(forged)
+    old_style = msgspec.structs.replace(refs["x"], handle=msgspec.msgpack.encode([endpoint, 1]))
+    with pytest.raises(ValueError, match="malformed frames handle"):
+        importer.open(old_style)  # counting keys are not accepted at all
+    with pytest.raises(ValueError, match="malformed frames handle"):
+        importer.open(msgspec.structs.replace(refs["x"], handle=msgspec.msgpack.encode([endpoint])))

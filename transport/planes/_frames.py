@@ -11,18 +11,21 @@ The server's socket is the plane's, not the bus's: bulk bytes never queue
 behind control messages.  On one host it listens on a private ipc endpoint;
 on tcp it follows the bus's rules (CURVE with the keys of ``ACTORWIRE_KEYS``,
 its public key travelling in the handle; plain text only on loopback with
-``ACTORWIRE_INSECURE_TCP=1``).  The server checks no allow-list: a client
-needs the handle, which only travels on the authenticated bus.  It serves only keys that are currently exported;
-anything else gets an error frame, never a hang.
+``ACTORWIRE_INSECURE_TCP=1``).  Over CURVE the server admits only the keys
+of the node's allow-list: it runs on a ZeroMQ context of its own with its
+own ZAP handler (a context without one lets every key in).  A buffer's key is
+16 random bytes, so holding a handle is the only way to name a buffer; the
+server serves only keys that are currently exported, and anything else gets
+an error frame, never a hang.
 """
 
 from __future__ import annotations
 
-import itertools
+import secrets
 import struct
 import threading
 import warnings
-from typing import Any, Union
+from typing import Any
 
 import msgspec
 import zmq
@@ -30,12 +33,15 @@ import zmq
 from actorwire.messages import Plane, TensorRef
 from actorwire.transport._endpoints import is_tcp, tcp_host
 from actorwire.transport._errors import BadHandle, WaitTimeout
-from actorwire.transport._security import Security, SecurityError
+from actorwire.transport._log import get_logger
+from actorwire.transport._security import ZAP_ENDPOINT, Security, SecurityError
 from actorwire.transport._settings import settings
 from actorwire.transport.planes._layout import copy_packed, pack_layout, packed_refs
 
 ZERO_COPY_BYTES = 64 * 1024
-_REQ = struct.Struct("<QQQ")  # key, offset, nbytes
+_log = get_logger(plane="frames")
+_REQ = struct.Struct("<16sQQ")  # key, offset, nbytes
+KEY_BYTES = 16  # 128 random bits: a key cannot be guessed, only handed over
 _OK, _ERR = b"\x00", b"\x01"
 
 
@@ -44,20 +50,30 @@ class FramesServer:
 
     def __init__(self, endpoint: str | None = None, *, context: zmq.Context | None = None,
                  security: Security | None = None) -> None:
-        self._ctx = context or zmq.Context.instance()
-        self._buffers: dict[int, Any] = {}
+        # A context of its own: its ZAP handler (below) is the only one that can answer for it.
+        self._own_ctx = context is None
+        self._ctx = context or zmq.Context()
+        self._buffers: dict[bytes, Any] = {}
         self._lock = threading.Lock()
         endpoint = endpoint or _private_ipc()
         self.curve_key: str | None = None
+        self._security: Security | None = None
+        self._zap: zmq.Socket | None = None
         self._sock = self._ctx.socket(zmq.ROUTER)
         self._sock.setsockopt(zmq.LINGER, 0)
+        self._sock.setsockopt(zmq.MAXMSGSIZE, 4096)  # a fetch request is a few dozen bytes
         if is_tcp(endpoint):  # the same rules as the bus: CURVE, or plain text on loopback by explicit flag
             security = security or Security()
             try:
                 security.check_tcp(tcp_host(endpoint), f"the frames plane's {endpoint}")
             except Exception:
-                self._sock.close(0)
+                self._close_sockets()
                 raise
+            if security.curve:
+                self._security = security
+                self._zap = self._ctx.socket(zmq.REP)
+                self._zap.setsockopt(zmq.LINGER, 0)
+                self._zap.bind(ZAP_ENDPOINT)
             security.serve(self._sock)
             self.curve_key = security.public.decode() if security.curve and security.public else None
         self._sock.bind(endpoint)
@@ -66,11 +82,21 @@ class FramesServer:
         self._thread = threading.Thread(target=self._serve, name="actorwire-frames", daemon=True)
         self._thread.start()
 
-    def register(self, key: int, buffer: Any) -> None:
+    def _close_sockets(self) -> None:
+        for sock in (self._sock, self._zap):
+            if sock is not None:
+                sock.close(0)
+        if self._own_ctx:
+            self._ctx.term()
+
+    def register(self, buffer: Any) -> bytes:
+        """Serve ``buffer`` under a new random key, which is returned."""
+        key = secrets.token_bytes(KEY_BYTES)
         with self._lock:
             self._buffers[key] = buffer
+        return key
 
-    def unregister(self, key: int) -> None:
+    def unregister(self, key: bytes) -> None:
         with self._lock:
             self._buffers.pop(key, None)
 
@@ -81,16 +107,22 @@ class FramesServer:
         with self._lock:
             buffer = self._buffers.get(key)
         if buffer is None:
-            return [_ERR, f"buffer {key} is not exported (released, or never was)".encode()]
+            return [_ERR, b"buffer not exported (released, or never was)"]
         if offset + nbytes > buffer.numel():
-            return [_ERR, f"fetch [{offset}, {offset + nbytes}) beyond buffer {key} of {buffer.numel()} bytes".encode()]
+            return [_ERR, f"fetch [{offset}, {offset + nbytes}) beyond the buffer of {buffer.numel()} bytes".encode()]
         return [_OK, memoryview(buffer.numpy())[offset:offset + nbytes]]
 
     def _serve(self) -> None:
         poller = zmq.Poller()
         poller.register(self._sock, zmq.POLLIN)
+        if self._zap is not None:
+            poller.register(self._zap, zmq.POLLIN)
         while not self._stop.is_set():
-            if not poller.poll(100):
+            ready = dict(poller.poll(100))
+            if self._zap is not None and self._zap in ready:
+                assert self._security is not None
+                self._zap.send_multipart(self._security.answer_zap(self._zap.recv_multipart(), _log))
+            if self._sock not in ready:
                 continue
             frames = self._sock.recv_multipart()
             # The routing envelope (identity, REQ's request id, the empty delimiter) goes back as it came.
@@ -98,7 +130,7 @@ class FramesServer:
             status, payload = self._answer(frames[-1] if len(frames) > cut else b"")
             big = isinstance(payload, memoryview) and payload.nbytes >= ZERO_COPY_BYTES
             self._sock.send_multipart([*frames[:cut], status, payload], copy=not big)
-        self._sock.close(0)
+        self._close_sockets()
 
     def close(self) -> None:
         self._stop.set()
@@ -112,27 +144,25 @@ class FramesExporter:
 
     def __init__(self, endpoint: str | None = None, *, security: Security | None = None) -> None:
         self.server = FramesServer(endpoint, security=security)
-        self._ids = itertools.count(1)
 
-    def export(self, tensors: dict[str, Any]) -> tuple[int, dict[str, TensorRef]]:
+    def export(self, tensors: dict[str, Any]) -> tuple[bytes, dict[str, TensorRef]]:
         import torch
 
         layout, total = pack_layout(tensors)
         base = torch.empty(total, dtype=torch.uint8)
         copy_packed(base, layout, tensors)
-        key = next(self._ids)
-        self.server.register(key, base)
+        key = self.server.register(base)
         return key, packed_refs(Plane.FRAMES, handle_for(self.server.endpoint, key, self.server.curve_key), layout,
                               tensors, device="cpu")
 
-    def release(self, key: int) -> None:
+    def release(self, key: bytes) -> None:
         self.server.unregister(key)
 
     def close(self) -> None:
         self.server.close()
 
 
-def handle_for(endpoint: str, key: int, curve_key: str | None = None) -> bytes:
+def handle_for(endpoint: str, key: bytes, curve_key: str | None = None) -> bytes:
     """``[endpoint, key]``, plus the server's z85 CURVE key when it has one."""
     return msgspec.msgpack.encode([endpoint, key] if curve_key is None else [endpoint, key, curve_key])
 
@@ -183,8 +213,12 @@ class FramesImporter:
         if ref.plane is not Plane.FRAMES:
             raise BadHandle(f"not a frames tensor: plane {ref.plane.value}")
         try:
-            endpoint, key, *rest = msgspec.msgpack.decode(ref.handle, type=list[Union[str, int]])
-            if not isinstance(endpoint, str) or not isinstance(key, int) or len(rest) > 1:
+            fields = msgspec.msgpack.decode(ref.handle, type=list[Any])
+            if len(fields) < 2:
+                raise msgspec.ValidationError("expected [endpoint, key] or [endpoint, key, curve_key]")
+            endpoint, key, *rest = fields
+            if not isinstance(endpoint, str) or not isinstance(key, bytes) or len(key) != KEY_BYTES \
+                    or len(rest) > 1:
                 raise msgspec.ValidationError("expected [endpoint, key] or [endpoint, key, curve_key]")
         except msgspec.DecodeError as exc:
             raise BadHandle(f"malformed frames handle: {exc}") from None

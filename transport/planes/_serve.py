@@ -58,7 +58,6 @@ class ServeRing:
         self._server: FramesServer | None = None
         self._rings: dict[int, list[_Slot]] = {}
         self._prefix = f"aws{os.getpid()}{secrets.token_hex(3)}"
-        self._keys = 0
 
     def _new_slot(self, consumer_id: int, index: int, nbytes: int) -> _Slot:
         import torch
@@ -77,10 +76,9 @@ class ServeRing:
             return _Slot(base, handle, f"cuda:{device_index}")
         if self._server is None:
             self._server = FramesServer(self._frames_endpoint)
-        self._keys += 1
         base = torch.empty(size, dtype=torch.uint8)
-        self._server.register(self._keys, base)
-        return _Slot(base, handle_for(self._server.endpoint, self._keys, self._server.curve_key), "cpu", self._keys)
+        key = self._server.register(base)
+        return _Slot(base, handle_for(self._server.endpoint, key, self._server.curve_key), "cpu", key)
 
     def reserve(self, consumer_id: int, slots: int, nbytes: int) -> None:
         """(Re)allocate ``consumer_id``'s ring: ``slots`` slots of ``nbytes`` each."""
