@@ -15,7 +15,7 @@ import pathlib
 import secrets
 import socket
 
-from actorwire.transport._errors import InvalidArgument
+from actorwire.transport._errors import ConfigError, InvalidArgument
 from actorwire.transport._settings import settings
 
 #: Unix socket paths are limited to 107 bytes; keep ours well under.
@@ -27,13 +27,39 @@ def new_node_id() -> str:
     return f"{host}-{os.getpid()}-{secrets.token_hex(3)}"
 
 
+def private_dir(path: pathlib.Path) -> pathlib.Path:
+    """``path`` as a directory only this user can enter: made 0700, or refused if it exists wider.
+
+    Anyone who can reach an ipc socket can say hello on it, so the directory
+    is the gate; one that is a symlink, another user's, or open to the group
+    or others is refused rather than fixed (someone else may be using it).
+    """
+    try:
+        path.mkdir(mode=0o700)
+        os.chmod(path, 0o700)  # the umask may have taken bits the mode asked for; never adds any
+    except FileExistsError:
+        pass
+    st = os.lstat(path)
+    import stat
+
+    if not stat.S_ISDIR(st.st_mode):
+        raise ConfigError(f"{path} is not a directory; remove it or set ACTORWIRE_RUNTIME_DIR elsewhere")
+    if st.st_uid != os.getuid() or st.st_mode & 0o077:
+        raise ConfigError(f"{path} must be private to this user (mode 0700), but it has mode "
+                          f"{stat.S_IMODE(st.st_mode):04o} and owner uid {st.st_uid}: chmod 700 it, "
+                          f"or set ACTORWIRE_RUNTIME_DIR elsewhere")
+    return path
+
+
+def user_dir() -> pathlib.Path:
+    """``$ACTORWIRE_RUNTIME_DIR/actorwire-<uid>``, private to this user."""
+    return private_dir(pathlib.Path(settings().runtime_dir) / f"actorwire-{os.getuid()}")
+
+
 def run_dir(run_id: str) -> pathlib.Path:
     """A private directory for this run's ipc sockets."""
     digest = hashlib.sha256(run_id.encode()).hexdigest()[:12]
-    base = pathlib.Path(settings().runtime_dir)
-    path = base / f"actorwire-{os.getuid()}" / digest
-    path.mkdir(parents=True, exist_ok=True, mode=0o700)
-    return path
+    return private_dir(user_dir() / digest)
 
 
 def ipc_endpoint(run_id: str, node_id: str) -> str:

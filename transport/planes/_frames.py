@@ -31,11 +31,10 @@ import msgspec
 import zmq
 
 from actorwire.messages import Plane, TensorRef
-from actorwire.transport._endpoints import is_tcp, tcp_host
+from actorwire.transport._endpoints import is_tcp, tcp_host, user_dir
 from actorwire.transport._errors import BadHandle, WaitTimeout
 from actorwire.transport._log import get_logger
 from actorwire.transport._security import ZAP_ENDPOINT, Security, SecurityError
-from actorwire.transport._settings import settings
 from actorwire.transport.planes._layout import copy_packed, pack_layout, packed_refs
 
 ZERO_COPY_BYTES = 64 * 1024
@@ -170,11 +169,8 @@ def handle_for(endpoint: str, key: bytes, curve_key: str | None = None) -> bytes
 def _private_ipc() -> str:
     """An ipc endpoint in a private (0700) directory: same-host peers need no tcp at all."""
     import os
-    import secrets
 
-    base = os.path.join(settings().runtime_dir, f"actorwire-{os.getuid()}")
-    os.makedirs(base, mode=0o700, exist_ok=True)
-    return f"ipc://{base}/frames-{os.getpid()}-{secrets.token_hex(4)}.sock"
+    return f"ipc://{user_dir()}/frames-{os.getpid()}-{secrets.token_hex(4)}.sock"
 
 
 class FramesImporter:
