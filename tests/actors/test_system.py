@@ -353,3 +353,18 @@ def test_a_root_request_answered_before_its_caller_resumes_is_not_lost() -> None
     finally:
         member.shutdown()
         root.shutdown()
+
+
+def test_registering_from_a_member_under_a_tiny_switch_interval(system: ActorSystem) -> None:
+    """Thread interleavings the GIL rarely allows: switch after every few bytecodes."""
+    import sys
+
+    member = ActorSystem(join=system.endpoint, run_id=system.run_id)
+    old = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)
+    try:
+        for i in range(200):
+            member.inbox(f"tiny/{i}")
+    finally:
+        sys.setswitchinterval(old)
+        member.shutdown()
