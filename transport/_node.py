@@ -78,6 +78,7 @@ from actorwire.messages.runtime import (
     Welcome,
 )
 from actorwire.transport._config import RuntimeConfig
+from actorwire.transport._delivery import InStreams, OutStream, Verdict
 from actorwire.transport._endpoints import (
     ipc_endpoint,
     is_tcp,
@@ -123,35 +124,6 @@ _BATCH_RECORDS = 1024  # most messages in one batch frame
 _BATCH_BYTES = 1 << 20  # and at most this many bytes (never above the size cap)
 _ACK_EVERY = 512  # handled messages that trigger an ack flush at once
 _ACK_DELAY = 0.002  # otherwise acks leave within 2 ms
-
-
-class _Pair:
-    """Send state of one (sender, remote target) stream."""
-
-    __slots__ = ("target", "node_id", "window", "sent", "handled", "received", "unacked", "cond",
-                 "waiting", "progress_at")
-
-    def __init__(self, target: str, node_id: str, now: float, window: int) -> None:
-        self.target = target
-        self.node_id = node_id
-        self.window = window  # the smaller of ours and the one the receiver grants
-        self.sent = 0  # messages appended to unacked (sender thread only)
-        self.handled = 0  # messages popped by acks (I/O thread only)
-        self.received = 0  # highest seq the receiver has seen
-        self.unacked: collections.deque[tuple[int, bytes, type]] = collections.deque()
-        self.cond = threading.Condition(threading.Lock())
-        self.waiting = False
-        self.progress_at = now
-
-
-class _InStream:
-    """Receive state of one (sending node, sender, target) stream (I/O thread only)."""
-
-    __slots__ = ("received", "pending")
-
-    def __init__(self) -> None:
-        self.received = 0  # highest seq accepted
-        self.pending: collections.deque[int] = collections.deque()  # accepted, not yet acked as handled
 
 
 @dataclasses.dataclass(eq=False)
@@ -292,7 +264,7 @@ class Node:
         )
 
         # Sending.
-        self._pairs: dict[tuple[str, str], _Pair] = {}
+        self._pairs: dict[tuple[str, str], OutStream] = {}
         self._seq: collections.defaultdict[str, int] = collections.defaultdict(int)
         self._out: collections.deque[tuple[Any, ...]] = collections.deque()
         self._corr = itertools.count(1)
@@ -304,7 +276,7 @@ class Node:
         # Receiving.
         # Inbound streams are keyed by the sending node (one incarnation of a process), the sender
         # name and the target: a restarted process under a reused name starts fresh streams.
-        self._streams: dict[tuple[str, str, str], _InStream] = {}
+        self._streams = InStreams(self.config.window)
         # Former owners of names that were removed: messages they sent before leaving are still theirs.
         self._former: dict[str, str] = {}
         # What was refused, counted per (peer, reason) and logged once each (never once per record).
@@ -546,8 +518,7 @@ class Node:
         record = self._codec.encode_record_fields(
             sender, target, seq, correlation_id, False, time.monotonic_ns(), time.time_ns(), trace_id, message
         )
-        pair.unacked.append((seq, record, type(message)))
-        pair.sent += 1
+        pair.append(seq, record, type(message))
         self._out.append((pair.node_id, record))
         if self._idle:
             self._idle = False  # one wake-up per sleep: the I/O thread may wait for the GIL a while
@@ -626,12 +597,12 @@ class Node:
 
     # -- sending helpers ------------------------------------------------
 
-    def _pair(self, sender: str, target: str, node_id: str) -> _Pair:
+    def _pair(self, sender: str, target: str, node_id: str) -> OutStream:
         pair = self._pairs.get((sender, target))
         if pair is None:
             info = self._nodes.get(node_id)
             granted = info.window if info is not None and info.window else self.config.window
-            pair = _Pair(target, node_id, time.monotonic(), min(self.config.window, granted))
+            pair = OutStream(target, node_id, time.monotonic(), min(self.config.window, granted))
             self._pairs[(sender, target)] = pair
         elif pair.node_id != node_id:
             self._command(("rehome", sender, target, node_id))
@@ -640,7 +611,7 @@ class Node:
                 time.sleep(0.001)
         return pair
 
-    def _wait_credit(self, pair: _Pair, target: str, kind: str, wait: float) -> None:
+    def _wait_credit(self, pair: OutStream, target: str, kind: str, wait: float) -> None:
         deadline = time.monotonic() + wait
         with pair.cond:
             pair.waiting = True
@@ -977,8 +948,7 @@ class Node:
         # Tells are gathered per target and handed over in one call per run
         # (profile: per-message hand-off was a third of the I/O thread's time).
         runs: dict[str, list[tuple[Envelope, Message, str]]] = {}
-        streams = self._streams
-        window = self.config.window
+        accept = self._streams.accept
         for envelope, message in pairs:
             target = envelope.target
             if target == NODE:
@@ -994,18 +964,13 @@ class Node:
                     runs = {}
                 self._resolve(envelope, message, source)
             else:
-                key = (source, envelope.sender, target)
-                stream = streams.get(key)
-                if stream is None:
-                    stream = streams[key] = _InStream()
-                if envelope.seq <= stream.received:
-                    continue  # a re-sent duplicate
-                if len(stream.pending) >= window:
-                    self._expel(source, f"it overran the credit window ({window} unhandled messages from "
-                                        f"{envelope.sender!r} to {target!r})")
+                verdict = accept((source, envelope.sender, target), envelope.seq)
+                if verdict is not Verdict.ACCEPT:
+                    if verdict is Verdict.DUPLICATE:
+                        continue  # a re-sent duplicate
+                    self._expel(source, f"it overran the credit window ({self._streams.window} unhandled "
+                                        f"messages from {envelope.sender!r} to {target!r})")
                     break
-                stream.received = envelope.seq
-                stream.pending.append(envelope.seq)
                 run = runs.get(target)
                 if run is None:
                     runs[target] = run = []
@@ -1161,8 +1126,7 @@ class Node:
             self._on_down(name, reason, update.detail)
         for node_id in update.left_nodes:
             self._nodes.pop(node_id, None)
-            for key in [k for k in self._streams if k[0] == node_id]:
-                del self._streams[key]
+            self._streams.forget(node_id)
             for name in [n for n, owner in self._former.items() if owner == node_id]:
                 del self._former[name]
             self._known_peers.discard(node_id)
@@ -1201,8 +1165,7 @@ class Node:
         refused until it says hello again) and the root declares its node dead."""
         self._refuse(peer, f"disconnected: {why}")
         self._known_peers.discard(peer)
-        for key in [k for k in self._streams if k[0] == peer]:
-            del self._streams[key]
+        self._streams.forget(peer)
         if self._registry is not None and self._registry.has_node(peer) and peer != self.node_id:
             self._apply_update(self._registry.expel(peer, why))
 
@@ -1215,9 +1178,7 @@ class Node:
         pair = self._pairs.get((sender, target))
         if pair is None or pair.node_id == node_id:
             return
-        pair.node_id = node_id
-        pair.received = 0
-        for _, record, _ in list(pair.unacked):
+        for record in pair.rehome(node_id):
             self._out.append((node_id, record))
         self._log.info("actor moved; re-sending unhandled messages", target=target, node=node_id,
                        count=len(pair.unacked))
@@ -1251,20 +1212,9 @@ class Node:
             if pair.node_id != source:
                 self._refuse(source, f"an ack for {entry.target!r}, which that node does not host")
                 continue
-            unacked = pair.unacked
-            popped = 0
-            while unacked and unacked[0][0] <= entry.handled:
-                unacked.popleft()
-                popped += 1
-            if entry.received > pair.received:
-                pair.received = entry.received
-                pair.progress_at = now
-            if popped:
-                pair.handled += popped
-                pair.progress_at = now
-                if pair.waiting:
-                    with pair.cond:
-                        pair.cond.notify_all()
+            if pair.on_ack(entry.received, entry.handled, now) and pair.waiting:
+                with pair.cond:
+                    pair.cond.notify_all()
 
     def _flush_acks(self) -> None:
         self._ack_due = None
@@ -1272,20 +1222,10 @@ class Node:
         if not self._handled:
             return
         handled, self._handled = self._handled, {}
-        by_node: dict[str, list[AckEntry]] = collections.defaultdict(list)
-        streams = self._streams
-        for key, seq in handled.items():
-            source, sender, target = key
-            stream = streams.get(key)
-            received = seq
-            if stream is not None:
-                received = stream.received
-                pending = stream.pending
-                while pending and pending[0] <= seq:
-                    pending.popleft()
-            by_node[source].append(AckEntry(sender=sender, target=target, received=received, handled=seq))
-        for source, entries in by_node.items():
-            self._send_node(source, Ack(entries=entries))
+        for source, entries in self._streams.acks(handled).items():
+            self._send_node(source, Ack(entries=[AckEntry(sender=sender, target=target, received=received,
+                                                          handled=done)
+                                                 for sender, target, received, done in entries]))
 
     # -- replies and deadlines -----------------------------------------
 
@@ -1362,15 +1302,11 @@ class Node:
     def _retransmit(self, now: float) -> None:
         after = self.config.scaled(self.config.retransmit_after)
         for pair in list(self._pairs.values()):
-            if pair.unacked and now - pair.progress_at > after:
-                resent = 0
-                for seq, record, _ in list(pair.unacked):
-                    if seq > pair.received:
-                        self._out.append((pair.node_id, record))
-                        resent += 1
-                pair.progress_at = now
-                if resent:
-                    self._log.info("re-sending messages not acknowledged", target=pair.target, count=resent)
+            again = pair.due(now, after)
+            for record in again:
+                self._out.append((pair.node_id, record))
+            if again:
+                self._log.info("re-sending messages not acknowledged", target=pair.target, count=len(again))
 
 
 def _process_alive(pid: int) -> bool:
