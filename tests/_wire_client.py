@@ -71,7 +71,7 @@ class WireClient:
             self.router.bind(f"ipc://{self._dir.name}/router")
         self.endpoint = self.router.getsockopt_string(zmq.LAST_ENDPOINT)
         self.dealer.connect(root)
-        self.seq: dict[str, int] = {}
+        self.seq: dict[tuple[str, str], int] = {}  # per stream (sender, target): 1, 2, 3, ...
         self.corr = 0
         self.received: dict[tuple[str, str, str], int] = {}  # (peer node, sender, target) -> last seq
         self.peers: set[bytes] = set()  # router identities that said hello
@@ -105,9 +105,10 @@ class WireClient:
     def send(self, *records: tuple[list[Any], dict[str, Any]]) -> None:
         self.dealer.send(batch(*records))
 
-    def next_seq(self, sender: str) -> int:
-        self.seq[sender] = self.seq.get(sender, 0) + 1
-        return self.seq[sender]
+    def next_seq(self, sender: str, target: str) -> int:
+        key = (sender, target)
+        self.seq[key] = self.seq.get(key, 0) + 1
+        return self.seq[key]
 
     def hello(self, run_id: str | None = None, timeout: float = 10.0) -> dict[str, Any]:
         """Say hello to the root; the answer's body (``welcome`` or ``refused``)."""
@@ -127,14 +128,14 @@ class WireClient:
         return self.request({"type": "register", "names": names, "takeover": takeover})
 
     def tell(self, sender: str, target: str, body: dict[str, Any], *, seq: int | None = None) -> int:
-        seq = self.next_seq(sender) if seq is None else seq
+        seq = self.next_seq(sender, target) if seq is None else seq
         self.send((envelope(sender, target, seq), body))
         return seq
 
     def ask(self, sender: str, target: str, body: dict[str, Any], timeout: float = 10.0) -> dict[str, Any]:
         self.corr += 1
         corr = self.corr
-        self.send((envelope(sender, target, self.next_seq(sender), corr), body))
+        self.send((envelope(sender, target, self.next_seq(sender, target), corr), body))
         return self.wait_reply(corr, timeout)[1]
 
     def beat(self) -> None:

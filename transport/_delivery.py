@@ -1,11 +1,15 @@
 """Per-stream delivery, as two sans-IO machines: the sending side and the receiving side.
 
 A stream is (sending node, sender name, target name).  The sender numbers its
-messages with strictly increasing ``seq``s, keeps each one until the receiving
-node acknowledges it as handled, re-sends what was not acknowledged as
-received, and never has more than ``window`` unhandled.  The receiver accepts
-each seq once, in order of arrival above the last one accepted, refuses a
-peer that overruns the window it granted, and acknowledges cumulatively.
+messages 1, 2, 3, ... per stream, keeps each one until the receiving node
+acknowledges it as handled, re-sends what was not acknowledged as received,
+and never has more than ``window`` unhandled.  The receiver accepts exactly
+the next number of each stream: a lower one is a duplicate, a higher one
+follows a loss and waits for the re-send of what it skipped (so loss,
+duplication and reordering can neither lose nor reorder a message).  It
+refuses a peer that overruns the window it granted, and acknowledges
+cumulatively.  When a target moves to another node (a takeover) its stream
+starts again at 1 there: the unhandled messages are renumbered and re-sent.
 
 Neither machine reads a clock or touches a socket: the node's I/O thread
 passes the time in and moves the bytes they return.  Tests drive them on a
@@ -16,8 +20,10 @@ Who touches what:
 * ``OutStream``: ``append`` from the one thread that sends as its sender;
   ``on_ack``, ``due``, ``rehome`` from the I/O thread.  ``sent`` and
   ``handled`` each have one writer, so ``in_flight`` is safe to read from
-  either.  ``cond`` is where the sending thread waits for credit; the machine
-  itself never waits.
+  either.  Numbering (``seq``, ``unacked``) changes under ``lock``: the
+  sender holds it from taking a number to appending the record, ``rehome``
+  while it renumbers.  ``cond`` is where the sending thread waits for credit;
+  the machine itself never waits.
 * ``InStreams``: the I/O thread only.
 """
 
@@ -26,22 +32,25 @@ from __future__ import annotations
 import collections
 import enum
 import threading
+from collections.abc import Callable
 
 
 class OutStream:
     """Send state of one (sender, remote target) stream."""
 
-    __slots__ = ("target", "node_id", "window", "sent", "handled", "received", "unacked", "cond",
-                 "waiting", "progress_at")
+    __slots__ = ("target", "node_id", "window", "seq", "sent", "handled", "received", "unacked", "lock",
+                 "cond", "waiting", "progress_at")
 
     def __init__(self, target: str, node_id: str, now: float, window: int) -> None:
         self.target = target
         self.node_id = node_id  # the node hosting the target now
         self.window = window  # the smaller of the sender's and the one the receiver grants
+        self.seq = 0  # the last number taken
         self.sent = 0  # messages appended (sending thread only)
         self.handled = 0  # messages acknowledged as handled (I/O thread only)
         self.received = 0  # highest seq the receiver has acknowledged as received
         self.unacked: collections.deque[tuple[int, bytes, type]] = collections.deque()
+        self.lock = threading.Lock()
         self.cond = threading.Condition(threading.Lock())
         self.waiting = False
         self.progress_at = now
@@ -52,7 +61,8 @@ class OutStream:
         return self.sent - self.handled
 
     def append(self, seq: int, record: bytes, kind: type) -> None:
-        """Keep ``record`` (sequence number ``seq``) until it is acknowledged as handled."""
+        """Keep ``record``, numbered ``seq`` (``self.seq + 1``), until it is acknowledged as handled."""
+        self.seq = seq
         self.unacked.append((seq, record, kind))
         self.sent += 1
 
@@ -78,18 +88,24 @@ class OutStream:
         self.progress_at = now
         return [record for seq, record, _ in self.unacked if seq > self.received]
 
-    def rehome(self, node_id: str) -> list[bytes]:
-        """The target moved to ``node_id`` (a takeover): everything unhandled goes there."""
-        self.node_id = node_id
-        self.received = 0
-        return [record for _, record, _ in self.unacked]
+    def rehome(self, node_id: str, renumber: Callable[[bytes, int], bytes]) -> list[bytes]:
+        """The target moved to ``node_id`` (a takeover): a new stream there, starting at 1, carries
+        everything unhandled; ``renumber(record, seq)`` re-encodes one record with a new number."""
+        with self.lock:
+            self.unacked = collections.deque(
+                (seq, renumber(record, seq), kind) for seq, (_, record, kind) in enumerate(self.unacked, 1))
+            self.seq = len(self.unacked)
+            self.node_id = node_id
+            self.received = 0
+            return [record for _, record, _ in self.unacked]
 
 
 class Verdict(enum.Enum):
     """What the receiver makes of one arriving message."""
 
-    ACCEPT = "accept"  # new: deliver it
+    ACCEPT = "accept"  # the next of its stream: deliver it
     DUPLICATE = "duplicate"  # at or below the last seq accepted in its stream: a re-send, dropped
+    GAP = "gap"  # past the next: one before it was lost; dropped until the re-send fills the gap
     OVERRUN = "overrun"  # more than the window unhandled in its stream: the peer broke the protocol
 
 
@@ -114,8 +130,8 @@ class InStreams:
         stream = self._streams.get(key)
         if stream is None:
             stream = self._streams[key] = _InStream()
-        if seq <= stream.received:
-            return Verdict.DUPLICATE
+        if seq != stream.received + 1:
+            return Verdict.DUPLICATE if seq <= stream.received else Verdict.GAP
         if len(stream.pending) >= self.window:
             return Verdict.OVERRUN
         stream.received = seq
@@ -146,6 +162,11 @@ class InStreams:
     def forget(self, node_id: str) -> None:
         """Node ``node_id`` left (or was disconnected): its streams are gone with it."""
         for key in [k for k in self._streams if k[0] == node_id]:
+            del self._streams[key]
+
+    def forget_target(self, name: str) -> None:
+        """Actor ``name`` went down: a later actor of that name is a new target, its streams new too."""
+        for key in [k for k in self._streams if k[2] == name]:
             del self._streams[key]
 
     def __len__(self) -> int:

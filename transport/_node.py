@@ -19,17 +19,18 @@ One I/O thread owns every ZeroMQ socket of the process::
 
 Delivery guarantees
 -------------------
-* Per sender-target FIFO: a sender is one thread, its messages take one
-  deque, one connection, one mailbox.
+* Per-stream FIFO, a stream being (sending node, sender, target): a sender is
+  one thread, its messages take one deque, one connection, one mailbox.
 * Credit: at most ``window`` messages from one sender to one remote target
   may be unhandled; a further send blocks up to ``send_timeout`` and then
   raises ``BackpressureTimeout``.  Nothing is ever dropped at a high-water
   mark (HWMs are off; the credit window bounds memory instead).
 * Every message is kept until the receiving node acknowledges it as handled.
   Lost in transit (no "received" ack within ``retransmit_after``), it is sent
-  again; the receiver drops duplicates by sequence number.  When a name moves
-  to a new incarnation (a restarted process taking it over) everything not yet
-  handled is re-sent there.  When a target dies, its unhandled messages are
+  again; the receiver takes each stream's numbers exactly once, in order
+  (:mod:`._delivery` holds those rules).  When a name moves to a new
+  incarnation (a restarted process taking it over) everything not yet handled
+  is renumbered and re-sent there.  When a target dies, its unhandled messages are
   reported (log, failed asks), never silently discarded.
 
 Liveness
@@ -52,6 +53,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import msgspec
 import zmq
 
 from actorwire.messages import (
@@ -265,7 +267,8 @@ class Node:
 
         # Sending.
         self._pairs: dict[tuple[str, str], OutStream] = {}
-        self._seq: collections.defaultdict[str, int] = collections.defaultdict(int)
+        self._seq: dict[str, int] = {}  # the number of each sender's last message, for recorders
+        self._local_seq: collections.defaultdict[str, int] = collections.defaultdict(int)
         self._out: collections.deque[tuple[Any, ...]] = collections.deque()
         self._corr = itertools.count(1)
         self._asks: dict[int, _PendingAsk] = {}
@@ -464,8 +467,9 @@ class Node:
     # ------------------------------------------------------------------
 
     def next_seq(self, sender: str) -> int:
-        seq = self._seq[sender] + 1
-        self._seq[sender] = seq
+        """A number for a message that is not part of a remote stream (a local tell, a reply)."""
+        seq = self._local_seq[sender] + 1
+        self._local_seq[sender] = seq
         return seq
 
     def send(self, sender: str, target: str, message: Message, **options: Any) -> int:
@@ -492,13 +496,12 @@ class Node:
         if self._closing:
             raise SystemClosed("the actor system is closing")
         node_id = self._routes.get(target) or self.lookup(target)
-        seqs = self._seq
-        seq = seqs[sender] = seqs[sender] + 1
         wait = self.config.scaled(self.config.send_timeout if timeout is None else timeout)
         if node_id == self.node_id:
             deliver = self._local.get(target)
             if deliver is None:
                 raise ActorDead(target, DownReason.EXITED, "it stopped")
+            seq = self._seq[sender] = self._local_seq[sender] = self._local_seq[sender] + 1
             envelope = Envelope(
                 sender=sender, target=target, seq=seq, correlation_id=correlation_id,
                 mono_ns=time.monotonic_ns(), wall_ns=time.time_ns(), trace_id=trace_id,
@@ -515,11 +518,14 @@ class Node:
             if not block:
                 raise WouldBlock(f"{target!r} has {pair.window} unhandled messages from {sender!r}")
             self._wait_credit(pair, target, type(message).wire_tag(), wait)
-        record = self._codec.encode_record_fields(
-            sender, target, seq, correlation_id, False, time.monotonic_ns(), time.time_ns(), trace_id, message
-        )
-        pair.append(seq, record, type(message))
-        self._out.append((pair.node_id, record))
+        with pair.lock:  # numbering and queueing in one step: a rehome renumbers under the same lock
+            seq = pair.seq + 1
+            record = self._codec.encode_record_fields(
+                sender, target, seq, correlation_id, False, time.monotonic_ns(), time.time_ns(), trace_id, message
+            )
+            pair.append(seq, record, type(message))
+            self._out.append((pair.node_id, record))
+        self._seq[sender] = seq
         if self._idle:
             self._idle = False  # one wake-up per sleep: the I/O thread may wait for the GIL a while
             self._wake()
@@ -966,8 +972,8 @@ class Node:
             else:
                 verdict = accept((source, envelope.sender, target), envelope.seq)
                 if verdict is not Verdict.ACCEPT:
-                    if verdict is Verdict.DUPLICATE:
-                        continue  # a re-sent duplicate
+                    if verdict is not Verdict.OVERRUN:
+                        continue  # a re-sent duplicate, or past a loss: the re-send comes in order
                     self._expel(source, f"it overran the credit window ({self._streams.window} unhandled "
                                         f"messages from {envelope.sender!r} to {target!r})")
                     break
@@ -1122,6 +1128,7 @@ class Node:
             if former is not None:
                 self._former[name] = former
             self._gone[name] = (reason, update.detail)
+            self._streams.forget_target(name)
             self._fail_target(name, reason, update.detail)
             self._on_down(name, reason, update.detail)
         for node_id in update.left_nodes:
@@ -1178,10 +1185,14 @@ class Node:
         pair = self._pairs.get((sender, target))
         if pair is None or pair.node_id == node_id:
             return
-        for record in pair.rehome(node_id):
+        for record in pair.rehome(node_id, self._renumber):
             self._out.append((node_id, record))
         self._log.info("actor moved; re-sending unhandled messages", target=target, node=node_id,
                        count=len(pair.unacked))
+
+    def _renumber(self, record: bytes, seq: int) -> bytes:
+        (envelope, message), = self._codec.decode_batch(self._codec.join_records([record]))[0]
+        return self._codec.encode_record(msgspec.structs.replace(envelope, seq=seq), message)
 
     def _fail_target(self, name: str, reason: DownReason, detail: str) -> None:
         error = ActorDead(name, reason, detail)

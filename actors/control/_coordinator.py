@@ -33,7 +33,6 @@ from actorwire.actors.control._ledger import (
 )
 from actorwire.actors.runtime._actor import Actor, handler
 from actorwire.actors.runtime._context import Context
-from actorwire.transport import ActorDead, UnknownActor
 from actorwire.messages import (
     Batch,
     Checkpoint,
@@ -73,6 +72,7 @@ from actorwire.messages import (
     SyncNow,
     TimerFired,
 )
+from actorwire.transport import ActorDead, UnknownActor
 
 
 class Coordinator(Actor):

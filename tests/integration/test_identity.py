@@ -101,7 +101,7 @@ def test_a_reply_from_a_node_the_ask_did_not_go_to_is_refused(system: ActorSyste
         forged = {"type": "sync_ack", "rank": 0, "step_count": 999}
         for corr in range(1, 200):  # correlation ids are small integers: guess them all
             for sender in ("sleeper", "liar/1"):
-                liar.send((envelope(sender, "anyone", liar.next_seq(sender), corr, is_reply=True), forged))
+                liar.send((envelope(sender, "anyone", corr, corr, is_reply=True), forged))
         asker.join(30)
     assert outcome == [real]
 
@@ -135,8 +135,9 @@ def test_a_forged_sequence_number_cannot_silence_another_sender(system: ActorSys
         liar.tell("worker/1", "counter", {"type": "heartbeat", "rank": 0, "step_count": 0}, seq=2**64 - 1)
         liar.tell("liar/1", "counter", {"type": "heartbeat", "rank": 0, "step_count": 0}, seq=2**64 - 1)
         assert liar.register(["liar/2"])["type"] == "registry_update"  # a round trip: the tells were read
-    # The real worker/1 (another process, its own stream) loses nothing.
-    assert _tell_as_worker_1(system, 0, 51) == (0, 52)
+    # The real worker/1 (another process, its own stream) loses nothing; the liar's own stream
+    # could not start at 2**64-1 either (a stream starts at 1), so its heartbeat was not counted.
+    assert _tell_as_worker_1(system, 0, 51) == (0, 51)
 
 
 # -- bounds -------------------------------------------------------------------
