@@ -523,7 +523,10 @@ class Node:
             record = self._codec.encode_record_fields(
                 sender, target, seq, correlation_id, False, time.monotonic_ns(), time.time_ns(), trace_id, message
             )
-            pair.append(seq, record, type(message))
+            # OutStream.append, inline: the hottest line of a send (profile: a call costs 0.1 us of 3)
+            pair.seq = seq
+            pair.unacked.append((seq, record, type(message)))
+            pair.sent += 1
             self._out.append((pair.node_id, record))
         self._seq[sender] = seq
         if self._idle:
@@ -955,6 +958,7 @@ class Node:
         # (profile: per-message hand-off was a third of the I/O thread's time).
         runs: dict[str, list[tuple[Envelope, Message, str]]] = {}
         accept = self._streams.accept
+        proven: set[str] = set()  # senders checked in this batch (a batch is mostly one sender's)
         for envelope, message in pairs:
             target = envelope.target
             if target == NODE:
@@ -962,7 +966,7 @@ class Node:
                 known = not from_router or source in self._known_peers  # a Hello precedes the rest
             elif not known:
                 self._refuse(source, "a message from a peer that did not say hello")
-            elif not self._speaks_for(source, envelope.sender):
+            elif envelope.sender not in proven and not self._proven(source, envelope.sender, proven):
                 self._refuse(source, f"a message signed {envelope.sender!r}, a name that node does not hold")
             elif envelope.is_reply:
                 if runs:  # keep a sender's tells ahead of its later reply
@@ -1142,6 +1146,12 @@ class Node:
             if link is not None and node_id != self._root_id:
                 self._poller.unregister(link.socket)
                 link.socket.close(linger=0)
+
+    def _proven(self, source: str, sender: str, proven: set[str]) -> bool:
+        if self._speaks_for(source, sender):
+            proven.add(sender)
+            return True
+        return False
 
     def _speaks_for(self, source: str, sender: str) -> bool:
         """Whether node ``source`` may send as ``sender``: it holds the name, held it until it was
