@@ -110,11 +110,11 @@ class Verdict(enum.Enum):
 
 
 class _InStream:
-    __slots__ = ("received", "pending")
+    __slots__ = ("received", "handled")
 
     def __init__(self) -> None:
-        self.received = 0  # highest seq accepted
-        self.pending: collections.deque[int] = collections.deque()  # accepted, not yet acked as handled
+        self.received = 0  # highest seq accepted (numbers are consecutive, so also how many)
+        self.handled = 0  # highest seq acknowledged as handled: received - handled are pending
 
 
 class InStreams:
@@ -132,11 +132,16 @@ class InStreams:
             stream = self._streams[key] = _InStream()
         if seq != stream.received + 1:
             return Verdict.DUPLICATE if seq <= stream.received else Verdict.GAP
-        if len(stream.pending) >= self.window:
+        if seq - stream.handled > self.window:
             return Verdict.OVERRUN
         stream.received = seq
-        stream.pending.append(seq)
         return Verdict.ACCEPT
+
+    def handled_of(self, key: tuple[str, str, str]) -> int:
+        """The last seq of ``key`` acknowledged as handled: what a duplicate is answered with (its
+        sender re-sends because an ack was lost, and only a new ack stops it)."""
+        stream = self._streams.get(key)
+        return stream.handled if stream is not None else 0
 
     def received(self, key: tuple[str, str, str]) -> int:
         stream = self._streams.get(key)
@@ -153,9 +158,8 @@ class InStreams:
             received = seq
             if stream is not None:
                 received = max(stream.received, seq)
-                pending = stream.pending
-                while pending and pending[0] <= seq:
-                    pending.popleft()
+                if seq > stream.handled:
+                    stream.handled = seq
             by_node[source].append((sender, target, received, seq))
         return by_node
 

@@ -126,6 +126,7 @@ _BATCH_RECORDS = 1024  # most messages in one batch frame
 _BATCH_BYTES = 1 << 20  # and at most this many bytes (never above the size cap)
 _ACK_EVERY = 512  # handled messages that trigger an ack flush at once
 _ACK_DELAY = 0.002  # otherwise acks leave within 2 ms
+_ACCEPT, _DUPLICATE, _OVERRUN = Verdict.ACCEPT, Verdict.DUPLICATE, Verdict.OVERRUN  # an enum member lookup per message showed in profiles
 
 
 @dataclasses.dataclass(eq=False)
@@ -974,10 +975,15 @@ class Node:
                     runs = {}
                 self._resolve(envelope, message, source)
             else:
-                verdict = accept((source, envelope.sender, target), envelope.seq)
-                if verdict is not Verdict.ACCEPT:
-                    if verdict is not Verdict.OVERRUN:
-                        continue  # a re-sent duplicate, or past a loss: the re-send comes in order
+                key = (source, envelope.sender, target)
+                verdict = accept(key, envelope.seq)
+                if verdict is not _ACCEPT:
+                    if verdict is _DUPLICATE:
+                        # Re-sent because an ack was lost: ack again, or it is re-sent forever.
+                        self._handled.setdefault(key, self._streams.handled_of(key))
+                        continue
+                    if verdict is not _OVERRUN:
+                        continue  # past a loss: the re-send of what it skipped comes first
                     self._expel(source, f"it overran the credit window ({self._streams.window} unhandled "
                                         f"messages from {envelope.sender!r} to {target!r})")
                     break
