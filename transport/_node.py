@@ -129,6 +129,52 @@ _ACK_DELAY = 0.002  # otherwise acks leave within 2 ms
 _ACCEPT, _DUPLICATE, _OVERRUN = Verdict.ACCEPT, Verdict.DUPLICATE, Verdict.OVERRUN  # an enum member lookup per message showed in profiles
 
 
+# -- the I/O thread's queue ----------------------------------------------------
+#
+# ``Node._out`` holds ``(node id, record)`` tuples bound for a peer's link, and
+# commands: one class per command, so no node id can be mistaken for one.
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Reply:
+    """An encoded reply for ``node_id``, sent back on the connection its request came in on."""
+
+    node_id: str
+    record: bytes
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _RootRequest:
+    correlation_id: int
+    message: Message
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Unregister:
+    name: str
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Exiting:
+    pass
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _ProcessExit:
+    node_id: str
+    returncode: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Rehome:
+    sender: str
+    target: str
+    node_id: str
+
+
+_Command = _RootRequest | _Unregister | _Exiting | _ProcessExit | _Rehome
+
+
 @dataclasses.dataclass(eq=False)
 class _PendingAsk:
     correlation_id: int
@@ -270,7 +316,7 @@ class Node:
         self._pairs: dict[tuple[str, str], OutStream] = {}
         self._seq: dict[str, int] = {}  # the number of each sender's last message, for recorders
         self._local_seq: collections.defaultdict[str, int] = collections.defaultdict(int)
-        self._out: collections.deque[tuple[Any, ...]] = collections.deque()
+        self._out: collections.deque[tuple[str, bytes] | _Reply | _Command] = collections.deque()
         self._corr = itertools.count(1)
         self._asks: dict[int, _PendingAsk] = {}
         self._ask_heap: list[tuple[float, int]] = []
@@ -366,7 +412,7 @@ class Node:
         if self._thread.is_alive():
             if announce:
                 if self._root_id is not None:
-                    self._command(("exiting",))
+                    self._command(_Exiting())
                 deadline = time.monotonic() + self.config.scaled(timeout)
                 while time.monotonic() < deadline and any(p.unacked for p in list(self._pairs.values())):
                     time.sleep(0.005)
@@ -430,7 +476,7 @@ class Node:
         """Actor ``name`` stopped cleanly: watchers get ``Down(exited)``."""
         self._bulk.pop(name, None)
         if self._local.pop(name, None) is not None and not self._closed:
-            self._command(("unregister", name))
+            self._command(_Unregister(name))
 
     def lookup(self, name: str) -> str:
         """The node hosting ``name``; raises ``UnknownActor`` or ``ActorDead``."""
@@ -461,7 +507,7 @@ class Node:
 
     def report_process_exit(self, node_id: str, returncode: int) -> None:
         """Exit detection for a launched process (root only)."""
-        self._command(("process_exit", node_id, returncode))
+        self._command(_ProcessExit(node_id, returncode))
 
     # ------------------------------------------------------------------
     # Sending (any thread; one thread per sender name)
@@ -576,7 +622,7 @@ class Node:
         if source is None:
             self._resolve(envelope, message)
             return
-        self._out.append(("router", source, self._codec.encode_record(envelope, message)))
+        self._out.append(_Reply(source, self._codec.encode_record(envelope, message)))
         if self._idle:
             self._idle = False  # one wake-up per sleep: the I/O thread may wait for the GIL a while
             self._wake()
@@ -615,7 +661,7 @@ class Node:
             pair = OutStream(target, node_id, time.monotonic(), min(self.config.window, granted))
             self._pairs[(sender, target)] = pair
         elif pair.node_id != node_id:
-            self._command(("rehome", sender, target, node_id))
+            self._command(_Rehome(sender, target, node_id))
             deadline = time.monotonic() + 5.0
             while pair.node_id != node_id and time.monotonic() < deadline:
                 time.sleep(0.001)
@@ -647,8 +693,8 @@ class Node:
         if deadline < self._wake_at:
             self._wake()
 
-    def _command(self, cmd: tuple[Any, ...]) -> None:
-        self._out.append(("cmd", *cmd))
+    def _command(self, cmd: _Command) -> None:
+        self._out.append(cmd)
         self._wake()
 
     def _wake(self) -> None:
@@ -670,7 +716,7 @@ class Node:
         # The deadline goes in before the request leaves: once the command is
         # queued the I/O thread may resolve (and forget) the ask at any moment.
         self._add_deadline(pending.deadline, corr)
-        self._command(("root_request", corr, message))
+        self._command(_RootRequest(corr, message))
         answer = waiter.wait()
         if isinstance(answer, (Refused, ErrorReply)):
             text = answer.reason if isinstance(answer, Refused) else answer.message
@@ -749,17 +795,16 @@ class Node:
         limit = min(_BATCH_BYTES, self.config.max_message_size)
         while out:
             item = out.popleft()
-            head = item[0]
-            if head == "cmd" or head == "router":
+            if not isinstance(item, tuple):
                 if batch:
                     self._send_link(batch_to, batch)
                     batch, batch_to, size = [], None, 0
-                if head == "cmd":
-                    self._run_command(item[1:])
+                if isinstance(item, _Reply):
+                    self._send_router(item.node_id, [self._codec.join_records([item.record])])
                 else:
-                    self._send_router(item[1], [self._codec.join_records([item[2]])])
+                    self._run_command(item)
                 continue
-            record = item[1]
+            head, record = item
             if head != batch_to or len(batch) >= _BATCH_RECORDS or size + len(record) > limit:
                 if batch:
                     self._send_link(batch_to, batch)
@@ -850,32 +895,30 @@ class Node:
         except zmq.Again:  # not connected (yet, or refused): node messages are periodic or re-asked
             self._log.debug("no connection to the root; node message dropped", kind=type(message).wire_tag())
 
-    def _run_command(self, cmd: tuple[Any, ...]) -> None:
-        op = cmd[0]
-        if op == "root_request":
-            corr, message = cmd[1], cmd[2]
+    def _run_command(self, cmd: _Command) -> None:
+        if isinstance(cmd, _RootRequest):
             if self.is_root:
                 self._root_handle(self.node_id, Envelope(sender=self.node_id, target=NODE, seq=0,
-                                                         correlation_id=corr), message)
+                                                         correlation_id=cmd.correlation_id), cmd.message)
             else:
-                self._to_root(message, corr)
-        elif op == "unregister":
-            if self.is_root:
-                self._apply_update(self._registry.unregister(self.node_id, [cmd[1]]))  # type: ignore[union-attr]
+                self._to_root(cmd.message, cmd.correlation_id)
+        elif isinstance(cmd, _Unregister):
+            if self._registry is not None:
+                self._apply_update(self._registry.unregister(self.node_id, [cmd.name]))
             else:
-                self._to_root(Unregister(names=[cmd[1]]))
-        elif op == "exiting":
+                self._to_root(Unregister(names=[cmd.name]))
+        elif isinstance(cmd, _Exiting):
             names = sorted(self._local)
             if self.is_root:
                 for node_id in list(self._known_peers):
                     self._send_node(node_id, NodeExiting(node_id=self.node_id, actors=names))
             else:
                 self._to_root(NodeExiting(node_id=self.node_id, actors=names))
-        elif op == "process_exit":
+        elif isinstance(cmd, _ProcessExit):
             if self._registry is not None:
-                self._apply_update(self._registry.process_exited(cmd[1], cmd[2]))
-        elif op == "rehome":
-            self._rehome(cmd[1], cmd[2], cmd[3])
+                self._apply_update(self._registry.process_exited(cmd.node_id, cmd.returncode))
+        else:
+            self._rehome(cmd.sender, cmd.target, cmd.node_id)
 
     # -- inbound --------------------------------------------------------
 

@@ -195,3 +195,15 @@ def test_refusals_reveal_no_run_id(system: ActorSystem) -> None:
         answer = probe.hello(run_id="guess")
     assert answer == {"type": "refused", "reason": "wrong run id"}
     assert system.run_id not in repr(answer)
+
+
+@pytest.mark.parametrize("node_id", ["cmd", "router"])
+def test_a_node_id_that_looks_like_a_queue_command_is_just_a_node(system: ActorSystem, node_id: str) -> None:
+    with WireClient(system.endpoint, system.run_id, node_id=node_id) as peer:
+        assert peer.hello()["type"] == "welcome"
+        assert peer.register([f"{node_id}/1"])["type"] == "registry_update"
+        system.tell(f"{node_id}/1", m.Heartbeat(rank=0, step_count=5))
+        assert peer.receive(timeout=10)[1] == {"type": "heartbeat", "rank": 0, "step_count": 5}
+        assert peer.ask(f"{node_id}/1", "nobody", {"type": "sync_now"})["type"] == "error_reply"
+    with WireClient(system.endpoint, system.run_id) as later:  # the I/O thread is still serving
+        assert later.hello()["type"] == "welcome"
