@@ -337,12 +337,13 @@ def test_a_root_request_answered_before_its_caller_resumes_is_not_lost() -> None
         node = member._node
         queue_command = node._command
 
-        def command_then_wait_for_the_answer(cmd: tuple) -> None:  # type: ignore[type-arg]
-            queue_command(cmd)
-            if cmd[0] == "root_request":
+        def command_then_wait_for_the_answer(cmd: object) -> None:
+            queue_command(cmd)  # type: ignore[arg-type]
+            corr = getattr(cmd, "correlation_id", None)  # a root request
+            if corr is not None:
                 done = threading.Event()
                 for _ in range(1000):
-                    if cmd[1] not in node._asks:
+                    if corr not in node._asks:
                         break
                     done.wait(0.01)
 
