@@ -249,3 +249,21 @@ class Tally(Actor):
     @handler
     def on_sync_now(self, msg: m.SyncNow, ctx: Context) -> None:
         ctx.reply(m.SyncAck(rank=len(set(self.senders)), step_count=self.count))
+
+
+class Notifier(Actor):
+    """On ``SyncNow`` tells ``target``; a target that is gone is counted and reported to the asker."""
+
+    def __init__(self, target: str = "gone") -> None:
+        self.target = target
+        self.missed = 0
+
+    @handler
+    def on_sync_now(self, msg: m.SyncNow, ctx: Context) -> None:
+        from actorwire.actors import ActorDead
+
+        try:
+            ctx.tell(self.target, m.Heartbeat(rank=0, step_count=msg.cycle))
+        except ActorDead:
+            self.missed += 1
+        ctx.reply(m.SyncAck(rank=0, step_count=self.missed))

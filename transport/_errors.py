@@ -39,6 +39,7 @@ class ActorDead(DeliveryError):
         super().__init__(f"actor {name!r} is {reason.value}{extra}")
         self.name = name
         self.reason = reason
+        self.detail = detail
 
 
 class AskTimeout(DeliveryError, TimeoutError):

@@ -121,7 +121,10 @@ class Coordinator(Actor):
 
     def _tell_all(self, ctx: Context, message: Message) -> None:
         for r in self.alive():
-            ctx.tell(r.name, message)
+            try:
+                ctx.tell(r.name, message)
+            except ActorDead:
+                pass  # it went down a moment ago: its Down is on the way and is handled as its death
 
     def _sink(self, ctx: Context, message: Message) -> None:
         if self.settings.metrics_sink:

@@ -25,8 +25,8 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
-from actorwire.messages import ActorwireError, Envelope, Message
-from actorwire.transport._errors import InvalidArgument, NotAnAsk, UnknownActor
+from actorwire.messages import ActorwireError, DownReason, Envelope, Message
+from actorwire.transport._errors import ActorDead, InvalidArgument, NotAnAsk, UnknownActor
 from actorwire.transport._log import get_logger
 from actorwire.transport.recording import Clock, Draw, Effect, Out, row
 
@@ -214,8 +214,15 @@ class RecordingContext(LiveContext):
         return value
 
     def tell(self, target: str, message: Message, *, timeout: float | None = None) -> None:
-        _, sent = self._node.send_record(self.name, target, message, timeout=timeout,
-                                         trace_id=self.envelope.trace_id if self.envelope is not None else None)
+        try:
+            _, sent = self._node.send_record(self.name, target, message, timeout=timeout,
+                                             trace_id=self.envelope.trace_id if self.envelope is not None else None)
+        except ActorDead as exc:
+            # The target went down while this handler ran (its Down is on the way): a race the
+            # replay cannot recompute, so the outcome is recorded and replay raises it again.
+            self.recorder.write(Effect(self.recorder.index, "tell_dead",
+                                       f"{target}\n{exc.reason.value}\n{exc.detail}"))
+            raise
         index = self.recorder.index
         if isinstance(sent, bytes):  # the wire record: copied, not encoded again
             self.recorder.write(row(Out, index, "tell", time.time_ns(), msgspec.Raw(sent)))
@@ -407,11 +414,18 @@ class ReplayContext(FakeContext):
         self.names_reads: list[list[str]] = []
         #: Sends and effects of the current handler, in the order they happened.
         self.emitted: list[Any] = []
+        #: Tells of the current handler that found their target dead: "target\nreason\ndetail".
+        self.dead_tells: list[str] = []
 
     def _check(self, target: str) -> None:
         pass  # the recorded system knew its names; replay sends wherever the code says
 
     def tell(self, target: str, message: Message, *, timeout: float | None = None) -> None:
+        if self.dead_tells and self.dead_tells[0].split("\n", 1)[0] == target:
+            key = self.dead_tells.pop(0)
+            self.emitted.append(("tell_dead", key, 0.0, False))
+            name, reason, detail = key.split("\n", 2)
+            raise ActorDead(name, DownReason(reason), detail)
         super().tell(target, message, timeout=timeout)
         self.emitted.append(self.outbox[-1])
 

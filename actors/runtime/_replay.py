@@ -201,6 +201,7 @@ def replay(
         slot = by_index.get(index, {"out": [], "clock": [], "names": []})
         ctx.clock_reads = list(slot["clock"])
         ctx.names_reads = list(slot["names"])
+        ctx.dead_tells = [out[1] for out in slot["out"] if isinstance(out, tuple) and out[0] == "tell_dead"]
         ctx.outbox = []
         ctx.emitted = []
         error: str | None = None

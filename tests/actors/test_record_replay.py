@@ -202,3 +202,17 @@ def test_log_tail_prints_and_follows(recording: pathlib.Path) -> None:
     follow = subprocess.run([sys.executable, "-m", "actorwire", "log", "tail", str(recording / "echo"), "-f",
                              "--for", "0.3"], capture_output=True, text=True, env=env, timeout=60)
     assert follow.returncode == 0 and follow.stdout.count("echo <-") == sum(r["dir"] == "in" for r in rows)
+
+
+def test_a_tell_that_found_its_target_dead_replays_as_it_ran(tmp_path: pathlib.Path) -> None:
+    """Whether a target was already down is a race replay cannot recompute: it is recorded."""
+    from _actors import Notifier
+
+    with ActorSystem(record=str(tmp_path)) as system:
+        system.spawn(Echo(), "gone")
+        system.spawn(Notifier(), "notifier")
+        assert system.ask("notifier", m.SyncNow(cycle=1), timeout=10) == m.SyncAck(rank=0, step_count=0)
+        system.stop("gone")
+        assert system.ask("notifier", m.SyncNow(cycle=2), timeout=10) == m.SyncAck(rank=0, step_count=1)
+    report = replay(tmp_path, actor="notifier")
+    assert (report.messages, report.divergences) == (2, [])
