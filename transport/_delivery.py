@@ -143,10 +143,6 @@ class InStreams:
         stream = self._streams.get(key)
         return stream.handled if stream is not None else 0
 
-    def received(self, key: tuple[str, str, str]) -> int:
-        stream = self._streams.get(key)
-        return stream.received if stream is not None else 0
-
     def acks(self, handled: dict[tuple[str, str, str], int]) -> dict[str, list[tuple[str, str, int, int]]]:
         """``{stream: last handled seq}`` -> the ack entries owed to each source node,
         ``(sender, target, received, handled)``; the handled messages stop counting against the window."""
