@@ -44,7 +44,6 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import heapq
 import itertools
 import os
 import socket
@@ -79,6 +78,7 @@ from actorwire.messages.runtime import (
     Unregister,
     Welcome,
 )
+from actorwire.transport._asks import ROOT, Asks, Match, PendingAsk
 from actorwire.transport._config import RuntimeConfig
 from actorwire.transport._delivery import InStreams, OutStream, Verdict
 from actorwire.transport._endpoints import (
@@ -103,6 +103,7 @@ from actorwire.transport._errors import (
     WouldBlock,
 )
 from actorwire.transport._log import get_logger
+from actorwire.transport._membership import HelloRefused, View
 from actorwire.transport._registry import HELD_BY_A_LIVE_NODE, Registry, RegistryError
 from actorwire.transport._security import ZAP_ENDPOINT, Security
 from actorwire.transport._settings import settings
@@ -173,18 +174,6 @@ class _Rehome:
 
 
 _Command = _RootRequest | _Unregister | _Exiting | _ProcessExit | _Rehome
-
-
-@dataclasses.dataclass(eq=False)
-class _PendingAsk:
-    correlation_id: int
-    target: str
-    kind: str
-    timeout: float
-    deadline: float
-    on_reply: ReplyCallback
-    on_failure: FailureCallback
-    done: bool = False
 
 
 class BlockingReply:
@@ -298,14 +287,17 @@ class Node:
 
         # Routing state.  Written by the I/O thread; read by sending threads
         # (dict reads are atomic under the GIL).
-        self._nodes: dict[str, NodeInfo] = {self.node_id: self.info}
-        self._routes: dict[str, str] = {}  # actor name -> node_id
-        self._gone: dict[str, tuple[DownReason, str]] = {}
+        self._view = View(self.info, run_id=run_id, is_root=self.is_root)
+        # The view's tables, by their old names (the send path reads them per message).
+        self._nodes = self._view.nodes
+        self._routes = self._view.routes  # actor name -> node_id
+        self._gone = self._view.gone
+        self._known_peers = self._view.peers  # identities that said a valid Hello
+        # Former owners of names that were removed: messages they sent before leaving are still theirs.
+        self._former = self._view.former
         self._local: dict[str, Deliver] = {}
         self._bulk: dict[str, DeliverMany] = {}
         self._links: dict[str, _Link] = {}
-        self._known_peers: set[str] = set()  # identities that said a valid Hello
-        self._root_id: str | None = self.node_id if self.is_root else None
         self._registry: Registry | None = (
             Registry(root_node=self.info, staleness_timeout=self.config.scaled(self.config.staleness_timeout),
                      now=time.monotonic(), process_alive=_process_alive)
@@ -318,17 +310,13 @@ class Node:
         self._local_seq: collections.defaultdict[str, int] = collections.defaultdict(int)
         self._out: collections.deque[tuple[str, bytes] | _Reply | _Command] = collections.deque()
         self._corr = itertools.count(1)
-        self._asks: dict[int, _PendingAsk] = {}
-        self._ask_heap: list[tuple[float, int]] = []
-        self._heap_lock = threading.Lock()
+        self._asks = Asks()
         self._wake_at = 0.0  # when the sleeping I/O thread will wake by itself
 
         # Receiving.
         # Inbound streams are keyed by the sending node (one incarnation of a process), the sender
         # name and the target: a restarted process under a reused name starts fresh streams.
         self._streams = InStreams(self.config.window)
-        # Former owners of names that were removed: messages they sent before leaving are still theirs.
-        self._former: dict[str, str] = {}
         # What was refused, counted per (peer, reason) and logged once each (never once per record).
         self._refusals: collections.Counter[tuple[str, str]] = collections.Counter()
         self._handled: dict[tuple[str, str, str], int] = {}
@@ -360,6 +348,10 @@ class Node:
             except zmq.ZMQError as exc:
                 self._close_sockets()
                 raise InvalidArgument(f"cannot connect to the root at {root_endpoint!r}: {exc}") from None
+
+    @property
+    def _root_id(self) -> str | None:
+        return self._view.root_id
 
     def _new_router(self) -> zmq.Socket:
         sock = self._ctx.socket(zmq.ROUTER)
@@ -601,15 +593,14 @@ class Node:
         kind = type(message).wire_tag()
         timeout = self.config.ask_timeout if timeout is None else timeout
         corr = next(self._corr)
-        pending = _PendingAsk(corr, target, kind, timeout,
-                              time.monotonic() + self.config.scaled(timeout), on_reply, on_failure)
-        self._asks[corr] = pending
+        pending = PendingAsk(corr, target, kind, timeout,
+                             time.monotonic() + self.config.scaled(timeout), on_reply, on_failure)
+        self._open_ask(pending)
         try:
             self.send(sender, target, message, correlation_id=corr, trace_id=trace_id)
         except BaseException:
-            self._asks.pop(corr, None)
+            self._asks.cancel(corr)
             raise
-        self._add_deadline(pending.deadline, corr)
         return corr
 
     def reply(self, sender: str, request: Envelope, source: str | None, message: Message) -> None:
@@ -685,12 +676,12 @@ class Node:
             finally:
                 pair.waiting = False
 
-    def _add_deadline(self, deadline: float, corr: int) -> None:
-        with self._heap_lock:
-            heapq.heappush(self._ask_heap, (deadline, corr))
+    def _open_ask(self, pending: PendingAsk) -> None:
+        # Before the request leaves: once it is out the reply may come at any moment.
+        self._asks.open(pending)
         # Wake the I/O thread only if it would sleep past this deadline: an
         # ask with the default 30 s deadline costs no wake-up at all.
-        if deadline < self._wake_at:
+        if pending.deadline < self._wake_at:
             self._wake()
 
     def _command(self, cmd: _Command) -> None:
@@ -710,12 +701,9 @@ class Node:
         """Node-level request to the root, waiting for its reply."""
         waiter = BlockingReply()
         corr = next(self._corr)
-        pending = _PendingAsk(corr, "root", type(message).wire_tag(), timeout,
-                              time.monotonic() + self.config.scaled(timeout), waiter.on_reply, waiter.on_failure)
-        self._asks[corr] = pending
-        # The deadline goes in before the request leaves: once the command is
-        # queued the I/O thread may resolve (and forget) the ask at any moment.
-        self._add_deadline(pending.deadline, corr)
+        pending = PendingAsk(corr, ROOT, type(message).wire_tag(), timeout,
+                             time.monotonic() + self.config.scaled(timeout), waiter.on_reply, waiter.on_failure)
+        self._open_ask(pending)
         self._command(_RootRequest(corr, message))
         answer = waiter.wait()
         if isinstance(answer, (Refused, ErrorReply)):
@@ -750,8 +738,9 @@ class Node:
                     self._flush_acks()
                 self._flush_out()
                 wake_at = next_beat
-                if self._ask_heap:
-                    wake_at = min(wake_at, self._ask_heap[0][0])
+                first = self._asks.next_deadline()
+                if first is not None:
+                    wake_at = min(wake_at, first)
                 if self._handled:
                     if self._ack_due is None:
                         self._ack_due = now + _ACK_DELAY
@@ -760,8 +749,8 @@ class Node:
                 self._idle = True
                 # Look again after announcing idleness: a sender that queued
                 # before seeing the flag is caught here, one after it wakes us.
-                timeout = 0.0 if self._out or (self._ask_heap and self._ask_heap[0][0] < wake_at) \
-                    else wake_at - now
+                first = self._asks.next_deadline()
+                timeout = 0.0 if self._out or (first is not None and first < wake_at) else wake_at - now
                 events = poller.poll(max(0, int(timeout * 1000) + (1 if timeout > 0 else 0)))
                 self._idle = False
                 self._wake_at = 0.0
@@ -817,7 +806,7 @@ class Node:
     def _send_link(self, node_id: str | None, records: list[bytes]) -> None:
         link = self._links.get(node_id) if node_id else None
         if link is None:
-            link = self._open_link(node_id) if node_id in self._nodes else None
+            link = self._open_link(node_id) if node_id is not None and node_id in self._nodes else None
         if link is None:
             # The node left while the batch waited; the pairs' unacked copies
             # are failed by the removal, so nothing is lost without a report.
@@ -1070,17 +1059,15 @@ class Node:
 
     def _on_node_message(self, source: str, envelope: Envelope, message: Message, from_router: bool) -> None:
         if isinstance(message, Hello):
-            if message.run_id != self.run_id or message.protocol_version != PROTOCOL_VERSION:
-                # The reason names nothing the peer did not send: the run id is a secret.
-                why = ("wrong run id" if message.run_id != self.run_id
-                       else f"protocol version {message.protocol_version} is not {PROTOCOL_VERSION}")
-                self._refuse(source, f"a hello: {why}")
-                self._send_node(source, Refused(reason=why))
+            try:
+                admitted = self._view.hello(message, source)
+            except HelloRefused as exc:
+                self._refuse(source, f"a hello: {exc}")
+                self._send_node(source, Refused(reason=str(exc)))
                 return
-            if message.node.node_id != source:
+            if not admitted:
                 self._log.warning("refused a peer whose identity does not match its hello", peer=source)
                 return
-            self._known_peers.add(source)
             if self._registry is not None and not self._registry.has_node(source):
                 try:
                     update = self._registry.join(message.node, time.monotonic())
@@ -1103,13 +1090,10 @@ class Node:
         elif isinstance(message, NodeHeartbeat):
             pass  # the stamp was refreshed on arrival
         elif isinstance(message, Welcome):
-            self._root_id = message.root_node_id
-            self._known_peers.add(message.root_node_id)
+            self._view.welcomed(message)
             # Traffic to the root's actors shares the join connection: a second
             # DEALER with our identity would be refused by the root's ROUTER.
             self._links[message.root_node_id] = self._links["@root"]
-            self._nodes.update(message.nodes)
-            self._routes.update(message.names)
             self._beat_interval = message.heartbeat_interval
             self._staleness = message.staleness_timeout
             self._joined.set()
@@ -1166,30 +1150,17 @@ class Node:
             for node_id in self._registry.nodes:
                 if node_id not in (self.node_id, skip):
                     self._send_node(node_id, update)
-        self._nodes.update(update.nodes)
-        for name, node_id in update.added.items():
-            old = self._routes.get(name)
-            self._routes[name] = node_id
-            self._gone.pop(name, None)
-            if old is not None and old != node_id:
-                for sender, target in list(self._pairs):
-                    if target == name:
-                        self._rehome(sender, target, node_id)
-        for name in update.removed:
-            reason = update.reasons.get(name, DownReason.DEAD)
-            former = self._routes.pop(name, None)
-            if former is not None:
-                self._former[name] = former
-            self._gone[name] = (reason, update.detail)
+        changes = self._view.apply(update)
+        for name, node_id in changes.moved:
+            for sender, target in list(self._pairs):
+                if target == name:
+                    self._rehome(sender, target, node_id)
+        for name, reason, detail in changes.down:
             self._streams.forget_target(name)
-            self._fail_target(name, reason, update.detail)
-            self._on_down(name, reason, update.detail)
-        for node_id in update.left_nodes:
-            self._nodes.pop(node_id, None)
+            self._fail_target(name, reason, detail)
+            self._on_down(name, reason, detail)
+        for node_id in changes.left:
             self._streams.forget(node_id)
-            for name in [n for n, owner in self._former.items() if owner == node_id]:
-                del self._former[name]
-            self._known_peers.discard(node_id)
             self._router_of.pop(node_id, None)
             link = self._links.pop(node_id, None)
             if link is not None and node_id != self._root_id:
@@ -1203,20 +1174,11 @@ class Node:
         return False
 
     def _speaks_for(self, source: str, sender: str) -> bool:
-        """Whether node ``source`` may send as ``sender``: it holds the name, held it until it was
-        removed, or the name is one of its own user threads' (``~<node id>/...``)."""
-        if sender.startswith("~"):
-            return sender.startswith(f"~{source}/")
-        owner = self._routes.get(sender)
-        if owner is None:
-            owner = self._former.get(sender)
-        return owner == source or (owner is None and not self.is_root)
+        return self._view.speaks_for(source, sender)
 
-    def _answerer(self, pending: _PendingAsk) -> str | None:
+    def _answerer(self, pending: PendingAsk) -> str | None:
         """The node whose reply resolves ``pending``: the root for node requests, else the target's host."""
-        if pending.target == "root":
-            return self._root_id
-        return self._routes.get(pending.target) or self._former.get(pending.target)
+        return self._root_id if pending.target == ROOT else self._view.host_of(pending.target)
 
     def _refuse(self, peer: str, what: str) -> None:
         """Drop what ``peer`` sent: logged the first time per (peer, reason), counted after that."""
@@ -1230,7 +1192,7 @@ class Node:
         """Disconnect ``peer`` for breaking the protocol: its hello is forgotten (all it sends is
         refused until it says hello again) and the root declares its node dead."""
         self._refuse(peer, f"disconnected: {why}")
-        self._known_peers.discard(peer)
+        self._view.expel(peer)
         self._streams.forget(peer)
         if self._registry is not None and self._registry.has_node(peer) and peer != self.node_id:
             self._apply_update(self._registry.expel(peer, why))
@@ -1269,9 +1231,8 @@ class Node:
             del self._pairs[(sender, target)]
             with pair.cond:
                 pair.cond.notify_all()
-        for pending in list(self._asks.values()):
-            if pending.target == name:
-                self._finish_ask(pending, error)
+        for pending in self._asks.of_target(name):
+            self._finish_ask(pending, error)
 
     def _on_ack(self, ack: Ack, source: str) -> None:
         now = time.monotonic()
@@ -1301,46 +1262,41 @@ class Node:
 
     def _resolve(self, envelope: Envelope, message: Message, source: str | None = None) -> None:
         """A reply to one of our asks; ``source`` is the node it came from (None: this one)."""
-        pending = self._asks.get(envelope.correlation_id)
-        if pending is None:
+        verdict, pending = self._asks.match(envelope.correlation_id, source, self._answerer)
+        if verdict is Match.UNKNOWN:
             self._log.debug("late or unknown reply dropped", corr=envelope.correlation_id,
                             sender=envelope.sender, kind=type(message).wire_tag())
             return
-        if source is not None and source != self._answerer(pending):
+        assert pending is not None
+        if verdict is Match.WRONG_NODE:
             # Replies are matched on (node, correlation id): a correlation id alone is guessable.
-            self._refuse(source, f"a reply to an ask it was not sent (correlation id {envelope.correlation_id})")
+            self._refuse(source or self.node_id,
+                         f"a reply to an ask it was not sent (correlation id {envelope.correlation_id})")
             return
-        if isinstance(message, ErrorReply) and pending.target != "root":
+        if isinstance(message, ErrorReply) and pending.target != ROOT:
             self._finish_ask(pending, RemoteError(pending.target, message.code, message.message))
             return
-        if self._asks.pop(envelope.correlation_id, None) is None or pending.done:
+        if not self._asks.settle(pending):
             return
-        pending.done = True
         try:
             pending.on_reply(envelope, message)
         except Exception:
             self._log.exception("reply callback failed", corr=envelope.correlation_id)
 
-    def _finish_ask(self, pending: _PendingAsk, error: Exception) -> None:
-        if self._asks.pop(pending.correlation_id, None) is None or pending.done:
+    def _finish_ask(self, pending: PendingAsk, error: Exception) -> None:
+        if not self._asks.settle(pending):
             return
-        pending.done = True
         try:
             pending.on_failure(pending.correlation_id, error)
         except Exception:
             self._log.exception("failure callback failed", corr=pending.correlation_id)
 
     def _expire_asks(self, now: float) -> None:
-        heap = self._ask_heap
-        while heap and heap[0][0] <= now:
-            with self._heap_lock:
-                _, corr = heapq.heappop(heap)
-            pending = self._asks.get(corr)
-            if pending is not None:
-                self._finish_ask(pending, AskTimeout(pending.target, pending.kind, pending.timeout))
+        for pending in self._asks.expired(now):
+            self._finish_ask(pending, AskTimeout(pending.target, pending.kind, pending.timeout))
 
     def _fail_all_asks(self, error: Exception) -> None:
-        for pending in list(self._asks.values()):
+        for pending in self._asks.all():
             self._finish_ask(pending, error)
 
     # -- liveness -------------------------------------------------------
