@@ -55,6 +55,10 @@ class Asks:
     def __len__(self) -> int:
         return len(self._pending)
 
+    def __contains__(self, correlation_id: object) -> bool:
+        """Whether the ask with this correlation id still waits for its outcome."""
+        return correlation_id in self._pending
+
     def open(self, pending: PendingAsk) -> None:
         """Wait for an answer to ``pending``: the table first, then the deadline, so that a reply
         that comes before :meth:`open` returns still finds it and its deadline outlives it."""

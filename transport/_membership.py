@@ -23,11 +23,11 @@ from __future__ import annotations
 
 import dataclasses
 
-from actorwire.messages import PROTOCOL_VERSION, DownReason
+from actorwire.messages import PROTOCOL_VERSION, DownReason, PeerError
 from actorwire.messages.runtime import Hello, NodeInfo, RegistryUpdate, Welcome
 
 
-class HelloRefused(Exception):
+class HelloRefused(PeerError):
     """A hello that must be refused; the text names nothing the peer did not send."""
 
 

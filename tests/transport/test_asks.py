@@ -29,7 +29,7 @@ def test_a_reply_from_the_targets_host_answers_the_ask_once() -> None:
     assert asks.settle(pending) is True
     assert asks.settle(pending) is False  # a second outcome (late deadline, duplicate reply) is ignored
     assert asks.match(1, "node-b", _answerer) == (Match.UNKNOWN, None)
-    assert len(asks) == 0
+    assert len(asks) == 0 and 1 not in asks
 
 
 def test_a_reply_from_another_node_with_a_guessed_id_does_not_answer() -> None:
