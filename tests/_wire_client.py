@@ -105,6 +105,17 @@ class WireClient:
     def send(self, *records: tuple[list[Any], dict[str, Any]]) -> None:
         self.dealer.send(batch(*records))
 
+    def link(self, endpoint: str) -> zmq.Socket:
+        """A DEALER to another node (not the root), opened with our hello: send batches on it."""
+        sock = self.ctx.socket(zmq.DEALER)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.setsockopt(zmq.IDENTITY, self.node_id.encode())
+        sock.connect(endpoint)
+        body = {"type": "hello", "protocol_version": PROTOCOL_VERSION, "run_id": self.run_id,
+                "node": self.node_info()}
+        sock.send_multipart([msgpack.packb(envelope(self.node_id, NODE, 0)), msgpack.packb(body)])
+        return sock
+
     def next_seq(self, sender: str, target: str) -> int:
         key = (sender, target)
         self.seq[key] = self.seq.get(key, 0) + 1

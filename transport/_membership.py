@@ -10,6 +10,11 @@ the node asks of every message it receives:
   holds A, held it until it was removed, or A is one of N's user threads,
   ``~N/...``);
 * which node may answer an ask to A (:meth:`View.host_of`);
+* or must the message wait (:meth:`View.unheard_of`): a member can hear from
+  a name before the root's update naming its holder reaches it, so what is
+  signed with a name its view never held waits in :class:`Parking` (in order
+  per sender, bounded per source) until an update proves the name or the
+  staleness timeout passes;
 
 and :meth:`View.apply` turns an update into the changes the node must act on
 (moved names, names gone down, nodes that left).  It reads no clock, touches no
@@ -21,7 +26,9 @@ Who touches what: the I/O thread writes; sending threads read ``routes``,
 
 from __future__ import annotations
 
+import collections
 import dataclasses
+from typing import Any
 
 from actorwire.messages import PROTOCOL_VERSION, DownReason, PeerError
 from actorwire.messages.runtime import Hello, NodeInfo, RegistryUpdate, Welcome
@@ -84,15 +91,25 @@ class View:
 
     # -- questions -----------------------------------------------------------
 
-    def speaks_for(self, source: str, sender: str) -> bool:
-        """Whether node ``source`` may sign a message ``sender``.  A member may not have heard of a
-        new name yet; it is not proven either (see :meth:`unheard_of`)."""
+    def speaks_for(self, source: str, sender: str, parking: Parking | None = None) -> bool:
+        """Whether node ``source`` may sign a message ``sender`` now.  A name that has messages
+        from ``source`` waiting in ``parking`` is not, until they ran: they keep their order."""
         if sender.startswith("~"):
             return sender.startswith(f"~{source}/")
         owner = self.routes.get(sender)
         if owner is None:
             owner = self.former.get(sender)
-        return owner == source or (owner is None and not self.is_root)
+        return owner == source and not (parking and parking.waits(source, sender))
+
+    def unheard_of(self, source: str, sender: str, parking: Parking | None = None) -> bool:
+        """Whether a message signed ``sender`` from ``source`` that is not proven should wait rather
+        than be refused: on a member, for a name its view has never held (the root's update may be
+        on its way), or one whose earlier messages from ``source`` wait.  The root's view is the
+        registry itself: nothing waits there."""
+        if self.is_root or sender.startswith("~"):
+            return False
+        return (sender not in self.routes and sender not in self.former) or bool(
+            parking and parking.waits(source, sender))
 
     def host_of(self, name: str) -> str | None:
         """The node that hosts ``name`` now, or hosted it last."""
@@ -127,3 +144,49 @@ class View:
                 del self.former[name]
             self.peers.discard(node_id)
         return Changes(moved, down, list(update.left_nodes))
+
+
+class Parking:
+    """Messages that wait for the registry to prove their sender, per source node, in order.
+
+    Each entry is ``(since, envelope, message)``: ``since`` is when it first
+    waited, kept when it is parked again after a release.  At most ``limit``
+    wait per source; the node refuses the rest (the sender re-sends them).
+    """
+
+    def __init__(self, limit: int) -> None:
+        self.limit = limit
+        self._parked: dict[str, collections.deque[tuple[float, Any, Any]]] = {}
+        self._waiting: collections.Counter[tuple[str, str]] = collections.Counter()
+
+    def __bool__(self) -> bool:
+        return bool(self._parked)
+
+    def waits(self, source: str, sender: str) -> bool:
+        """Whether messages signed ``sender`` from ``source`` wait here."""
+        return (source, sender) in self._waiting
+
+    def park(self, source: str, sender: str, entry: tuple[float, Any, Any]) -> bool:
+        """Let ``entry`` wait; False (nothing kept) if ``source`` already has ``limit`` waiting."""
+        parked = self._parked.setdefault(source, collections.deque())
+        if len(parked) >= self.limit:
+            return False
+        parked.append(entry)
+        self._waiting[(source, sender)] += 1
+        return True
+
+    def release(self) -> dict[str, list[tuple[float, Any, Any]]]:
+        """Everything that waits, per source in order, to be tried again (what still cannot be
+        proven is parked again, keeping its ``since``)."""
+        out = {source: list(parked) for source, parked in self._parked.items()}
+        self._parked.clear()
+        self._waiting.clear()
+        return out
+
+    def drop(self, source: str) -> list[tuple[float, Any, Any]]:
+        """What ``source`` parked (it left the system: it is refused)."""
+        parked = self._parked.pop(source, ())
+        for _, envelope, _ in parked:
+            self._waiting[(source, envelope.sender)] -= 1
+        self._waiting = +self._waiting  # drop the zeros
+        return list(parked)

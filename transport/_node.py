@@ -103,7 +103,7 @@ from actorwire.transport._errors import (
     WouldBlock,
 )
 from actorwire.transport._log import get_logger
-from actorwire.transport._membership import HelloRefused, View
+from actorwire.transport._membership import HelloRefused, Parking, View
 from actorwire.transport._registry import HELD_BY_A_LIVE_NODE, Registry, RegistryError
 from actorwire.transport._security import ZAP_ENDPOINT, Security
 from actorwire.transport._settings import settings
@@ -317,6 +317,9 @@ class Node:
         # Inbound streams are keyed by the sending node (one incarnation of a process), the sender
         # name and the target: a restarted process under a reused name starts fresh streams.
         self._streams = InStreams(self.config.window)
+        # Messages signed with names a member has not yet seen the root register (see _membership).
+        self._parking = Parking(self.config.window)
+        self._park_since: float | None = None  # set while parked messages are tried again
         # What was refused, counted per (peer, reason) and logged once each (never once per record).
         self._refusals: collections.Counter[tuple[str, str]] = collections.Counter()
         self._handled: dict[tuple[str, str, str], int] = {}
@@ -986,6 +989,10 @@ class Node:
         for error in errors:
             self._log.warning("dropped an undecodable message", source=source,
                               size=sum(len(f) for f in frames), reason=str(error))
+        self._on_records(source, pairs, from_router=from_router)
+
+    def _on_records(self, source: str, pairs: list[tuple[Envelope, Message]], *, from_router: bool) -> None:
+        """The decoded records of one batch from ``source``, in order."""
         known = not from_router or source in self._known_peers
         # Tells are gathered per target and handed over in one call per run
         # (profile: per-message hand-off was a third of the I/O thread's time).
@@ -1000,7 +1007,13 @@ class Node:
             elif not known:
                 self._refuse(source, "a message from a peer that did not say hello")
             elif envelope.sender not in proven and not self._proven(source, envelope.sender, proven):
-                self._refuse(source, f"a message signed {envelope.sender!r}, a name that node does not hold")
+                if self._view.unheard_of(source, envelope.sender, self._parking):
+                    if runs:  # what came before it goes first
+                        self._hand_over(runs)
+                        runs = {}
+                    self._park(source, envelope, message)
+                else:
+                    self._refuse(source, f"a message signed {envelope.sender!r}, a name that node does not hold")
             elif envelope.is_reply:
                 if runs:  # keep a sender's tells ahead of its later reply
                     self._hand_over(runs)
@@ -1091,6 +1104,8 @@ class Node:
             pass  # the stamp was refreshed on arrival
         elif isinstance(message, Welcome):
             self._view.welcomed(message)
+            if self._parking:
+                self._unpark()
             # Traffic to the root's actors shares the join connection: a second
             # DEALER with our identity would be refused by the root's ROUTER.
             self._links[message.root_node_id] = self._links["@root"]
@@ -1151,6 +1166,8 @@ class Node:
                 if node_id not in (self.node_id, skip):
                     self._send_node(node_id, update)
         changes = self._view.apply(update)
+        if self._parking and update.added:
+            self._unpark()
         for name, node_id in changes.moved:
             for sender, target in list(self._pairs):
                 if target == name:
@@ -1160,6 +1177,9 @@ class Node:
             self._fail_target(name, reason, detail)
             self._on_down(name, reason, detail)
         for node_id in changes.left:
+            for _, envelope, _ in self._parking.drop(node_id):
+                self._refuse(node_id, f"a message signed {envelope.sender!r}, a name never given by "
+                                      f"the registry to that node (it left)")
             self._streams.forget(node_id)
             self._router_of.pop(node_id, None)
             link = self._links.pop(node_id, None)
@@ -1174,7 +1194,28 @@ class Node:
         return False
 
     def _speaks_for(self, source: str, sender: str) -> bool:
-        return self._view.speaks_for(source, sender)
+        return self._view.speaks_for(source, sender, self._parking)
+
+    def _park(self, source: str, envelope: Envelope, message: Message) -> None:
+        since = self._park_since if self._park_since is not None else time.monotonic()
+        if not self._parking.park(source, envelope.sender, (since, envelope, message)):
+            self._refuse(source, "messages signed with names the registry has not confirmed, over the window")
+
+    def _unpark(self, now: float | None = None) -> None:
+        """Try again what waits for the registry; with ``now``, refuse what waited past the
+        staleness timeout (the sender re-sends it, so nothing proven is lost)."""
+        for source, entries in self._parking.release().items():
+            for since, envelope, message in entries:
+                if now is not None and now - since > self._staleness \
+                        and not self._view.speaks_for(source, envelope.sender):
+                    self._refuse(source, f"a message signed {envelope.sender!r}, a name never given by "
+                                         f"the registry to that node")
+                    continue
+                self._park_since = since  # parked again, it keeps its first time
+                try:
+                    self._on_records(source, [(envelope, message)], from_router=False)
+                finally:
+                    self._park_since = None
 
     def _answerer(self, pending: PendingAsk) -> str | None:
         """The node whose reply resolves ``pending``: the root for node requests, else the target's host."""
@@ -1323,6 +1364,8 @@ class Node:
                     self._apply_update(RegistryUpdate(
                         removed=names, reasons={n: DownReason.UNREACHABLE for n in names},
                         detail=f"root node: no heartbeat for {silent:.1f} s"), broadcast=False)
+        if self._parking:
+            self._unpark(now)
         self._retransmit(now)
 
     def _retransmit(self, now: float) -> None:

@@ -15,7 +15,7 @@ import time
 from collections.abc import Callable
 
 import pytest
-from _wire_client import WireClient, envelope
+from _wire_client import WireClient, batch, envelope
 from conftest import TESTS
 
 from actorwire import messages as m
@@ -207,3 +207,24 @@ def test_a_node_id_that_looks_like_a_queue_command_is_just_a_node(system: ActorS
         assert peer.ask(f"{node_id}/1", "nobody", {"type": "sync_now"})["type"] == "error_reply"
     with WireClient(system.endpoint, system.run_id) as later:  # the I/O thread is still serving
         assert later.hello()["type"] == "welcome"
+
+
+def test_a_member_believes_a_new_name_only_once_the_root_has_registered_it(system: ActorSystem) -> None:
+    member = ActorSystem(join=system.endpoint, run_id=system.run_id, config=SYSTEM_CONFIG)
+    try:
+        victim = member.inbox("victim")
+        with _liar(system) as liar:
+            to_member = liar.link(member._node.info.endpoints[0])
+            # "coordinator" is nobody's: it waits for the root to register it, which never happens.
+            to_member.send(batch((envelope("coordinator", "victim", 1), {"type": "sync_now", "cycle": 1})))
+            # A name the root registers now may reach the member before the root's update does:
+            # it waits for the update, then arrives.
+            assert liar.register(["liar/2"])["type"] == "registry_update"
+            to_member.send(batch((envelope("liar/2", "victim", 1), {"type": "sync_now", "cycle": 2})))
+            got = victim.get(timeout=10)
+            assert got is not None and (got.envelope.sender, got.message) == ("liar/2", m.SyncNow(cycle=2))
+            _wait_until(lambda: any("never given by the registry" in what for (peer, what) in member._node.refusals()
+                                    if peer == liar.node_id))
+            assert victim.poll() is None
+    finally:
+        member.shutdown()

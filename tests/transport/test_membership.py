@@ -2,13 +2,20 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import pytest
 
 from actorwire.messages import PROTOCOL_VERSION, DownReason
 from actorwire.messages.runtime import Hello, NodeInfo, RegistryUpdate, Welcome
-from actorwire.transport._membership import HelloRefused, View
+from actorwire.transport._membership import HelloRefused, Parking, View
 
 SECRET = "run-7f3a"
+
+
+@dataclasses.dataclass(frozen=True)
+class _Env:
+    sender: str
 
 
 def _info(node_id: str) -> NodeInfo:
@@ -84,9 +91,39 @@ def test_user_thread_names_belong_to_the_node_they_name() -> None:
     assert not view.speaks_for("m2", "~m2")  # no separator: not a user thread of m2
 
 
-def test_the_root_believes_no_name_it_has_not_registered_but_a_member_may_not_know_it_yet() -> None:
-    assert not _root().speaks_for("m1", "worker/9")
-    assert _member().speaks_for("m2", "worker/9")  # the root's update may still be on its way
+def test_the_root_refuses_a_name_it_has_not_registered_and_a_member_lets_it_wait() -> None:
+    root, member = _root(), _member()
+    assert not root.speaks_for("m1", "worker/9") and not root.unheard_of("m1", "worker/9")
+    # The root's update naming the holder may still be on its way to a member.
+    assert not member.speaks_for("m2", "worker/9") and member.unheard_of("m2", "worker/9")
+    # A name the member knows is held elsewhere is a forgery, not news.
+    assert not member.unheard_of("m2", "coordinator")
+    assert not member.unheard_of("m2", "~root/main")
+
+
+def test_a_parked_sender_keeps_its_order_until_its_messages_ran() -> None:
+    view, parking = _member(), Parking(limit=2)
+    assert parking.park("m2", "worker/9", (1.0, _Env("worker/9"), "first"))
+    view.apply(RegistryUpdate(added={"worker/9": "m2"}))
+    # Proven now, but a later message may not overtake the parked one.
+    assert not view.speaks_for("m2", "worker/9", parking) and view.unheard_of("m2", "worker/9", parking)
+    assert parking.release() == {"m2": [(1.0, _Env("worker/9"), "first")]}
+    assert view.speaks_for("m2", "worker/9", parking) and not parking
+
+
+def test_parking_is_bounded_per_source() -> None:
+    parking = Parking(limit=2)
+    assert parking.park("m2", "a", (0.0, _Env("a"), 1)) and parking.park("m2", "b", (0.0, _Env("b"), 2))
+    assert not parking.park("m2", "a", (0.0, _Env("a"), 3))
+    assert parking.park("m3", "a", (0.0, _Env("a"), 4))  # another source has its own room
+
+
+def test_what_a_node_that_left_had_parked_is_handed_back_and_forgotten() -> None:
+    parking = Parking(limit=4)
+    parking.park("m2", "a", (0.0, _Env("a"), 1))
+    parking.park("m3", "b", (0.0, _Env("b"), 2))
+    assert parking.drop("m2") == [(0.0, _Env("a"), 1)]
+    assert not parking.waits("m2", "a") and parking.waits("m3", "b")
 
 
 def test_what_a_removed_name_sent_before_it_went_down_is_still_its_holders() -> None:
