@@ -950,12 +950,13 @@ class Node:
         link = next((lk for lk in self._links.values() if lk.socket is sock), None)
         if link is None:
             return
-        source = self._root_id or "@root" if link.node_id == "@root" else link.node_id
         for _ in range(256):
             try:
                 frames = sock.recv_multipart(_NOBLOCK)
             except zmq.Again:
                 return
+            # Per message: the welcome that names the root may be the one just taken in.
+            source = self._root_id or "@root" if link.node_id == "@root" else link.node_id
             self._on_frames_safely(source, frames, from_router=False)
 
     def _on_frames_safely(self, source: str, frames: list[bytes], *, from_router: bool) -> None:
@@ -1004,6 +1005,8 @@ class Node:
             if target == NODE:
                 self._on_node_message(source, envelope, message, from_router)
                 known = not from_router or source in self._known_peers  # a Hello precedes the rest
+                if source == "@root" and self._root_id is not None:
+                    source = self._root_id  # the welcome came first: the rest is the root's
             elif not known:
                 self._refuse(source, "a message from a peer that did not say hello")
             elif envelope.sender not in proven and not self._proven(source, envelope.sender, proven):

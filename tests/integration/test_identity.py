@@ -228,3 +228,39 @@ def test_a_member_believes_a_new_name_only_once_the_root_has_registered_it(syste
             assert victim.poll() is None
     finally:
         member.shutdown()
+
+
+@pytest.mark.parametrize("framing", ["one batch", "two messages"])
+def test_the_update_that_follows_the_welcome_at_once_is_the_roots(tmp_path: pathlib.Path, framing: str) -> None:
+    """A joining member used to refuse the root's update that came in with (or right behind) its
+    welcome as "not from the root": it took the connection for the root's only once it had read
+    a batch, so the names in that update were never known there."""
+    import msgpack
+    import zmq
+
+    from actorwire.transport._node import Node
+
+    ctx = zmq.Context()
+    root = ctx.socket(zmq.ROUTER)
+    root.setsockopt(zmq.LINGER, 0)
+    root.bind(f"ipc://{tmp_path}/fake-root")
+    far = {"node_id": "far", "endpoints": [f"ipc://{tmp_path}/far"], "host": "h", "pid": 1}
+    welcome = {"type": "welcome", "protocol_version": 1, "run_id": "r", "root_node_id": "fake-root",
+               "nodes": {"far": far}, "names": {}, "heartbeat_interval": 0.2, "staleness_timeout": 5.0}
+    update = {"type": "registry_update", "added": {"far/actor": "far"}}
+    member = Node(run_id="r", root_endpoint=f"ipc://{tmp_path}/fake-root", config=SYSTEM_CONFIG)
+    try:
+        threading.Thread(target=member.start, daemon=True).start()
+        assert root.poll(10_000), "the member said no hello"
+        identity, *_ = root.recv_multipart()
+        records = [(envelope("fake-root", "", 0), welcome), (envelope("fake-root", "", 0), update)]
+        if framing == "one batch":
+            root.send_multipart([identity, batch(*records)])
+        else:
+            for env, body in records:
+                root.send_multipart([identity, msgpack.packb(env), msgpack.packb(body)])
+        _wait_until(lambda: member.names() == ["far/actor"] or bool(member.refusals()), timeout=10)
+        assert member.names() == ["far/actor"] and member.refusals() == {}
+    finally:
+        member.close(announce=False)
+        ctx.destroy(linger=0)
