@@ -107,6 +107,12 @@ class Verdict(enum.Enum):
     DUPLICATE = "duplicate"  # at or below the last seq accepted in its stream: a re-send, dropped
     GAP = "gap"  # past the next: one before it was lost; dropped until the re-send fills the gap
     OVERRUN = "overrun"  # more than the window unhandled in its stream: the peer broke the protocol
+    TOO_MANY = "too many streams"  # a new stream past the bound per source node: the peer broke it too
+
+
+#: Streams one source node may open at a receiver.  A stream's state lives until the node leaves
+#: (dropping an idle one would strand its next message as a gap), so this bounds a peer's memory.
+MAX_STREAMS_PER_NODE = 65_536
 
 
 class _InStream:
@@ -120,15 +126,21 @@ class _InStream:
 class InStreams:
     """Receive state of every stream a node receives, keyed (source node, sender, target)."""
 
-    __slots__ = ("window", "_streams")
+    __slots__ = ("window", "max_streams", "_streams", "_per_node")
 
-    def __init__(self, window: int) -> None:
+    def __init__(self, window: int, max_streams: int = MAX_STREAMS_PER_NODE) -> None:
         self.window = window
+        self.max_streams = max_streams  # per source node
         self._streams: dict[tuple[str, str, str], _InStream] = {}
+        self._per_node: collections.Counter[str] = collections.Counter()
 
     def accept(self, key: tuple[str, str, str], seq: int) -> Verdict:
         stream = self._streams.get(key)
         if stream is None:
+            source = key[0]
+            if self._per_node[source] >= self.max_streams:
+                return Verdict.TOO_MANY
+            self._per_node[source] += 1
             stream = self._streams[key] = _InStream()
         if seq != stream.received + 1:
             return Verdict.DUPLICATE if seq <= stream.received else Verdict.GAP
@@ -163,11 +175,13 @@ class InStreams:
         """Node ``node_id`` left (or was disconnected): its streams are gone with it."""
         for key in [k for k in self._streams if k[0] == node_id]:
             del self._streams[key]
+        self._per_node.pop(node_id, None)
 
     def forget_target(self, name: str) -> None:
         """Actor ``name`` went down: a later actor of that name is a new target, its streams new too."""
         for key in [k for k in self._streams if k[2] == name]:
             del self._streams[key]
+            self._per_node[key[0]] -= 1
 
     def __len__(self) -> int:
         return len(self._streams)

@@ -127,7 +127,7 @@ _BATCH_RECORDS = 1024  # most messages in one batch frame
 _BATCH_BYTES = 1 << 20  # and at most this many bytes (never above the size cap)
 _ACK_EVERY = 512  # handled messages that trigger an ack flush at once
 _ACK_DELAY = 0.002  # otherwise acks leave within 2 ms
-_ACCEPT, _DUPLICATE, _OVERRUN = Verdict.ACCEPT, Verdict.DUPLICATE, Verdict.OVERRUN  # an enum member lookup per message showed in profiles
+_ACCEPT, _DUPLICATE, _GAP, _OVERRUN = Verdict.ACCEPT, Verdict.DUPLICATE, Verdict.GAP, Verdict.OVERRUN  # an enum lookup per message showed in profiles
 
 
 # -- the I/O thread's queue ----------------------------------------------------
@@ -1030,10 +1030,13 @@ class Node:
                         # Re-sent because an ack was lost: ack again, or it is re-sent forever.
                         self._handled.setdefault(key, self._streams.handled_of(key))
                         continue
-                    if verdict is not _OVERRUN:
+                    if verdict is _GAP:
                         continue  # past a loss: the re-send of what it skipped comes first
-                    self._expel(source, f"it overran the credit window ({self._streams.window} unhandled "
-                                        f"messages from {envelope.sender!r} to {target!r})")
+                    if verdict is _OVERRUN:
+                        self._expel(source, f"it overran the credit window ({self._streams.window} unhandled "
+                                            f"messages from {envelope.sender!r} to {target!r})")
+                    else:
+                        self._expel(source, f"it opened more than {self._streams.max_streams} streams")
                     break
                 run = runs.get(target)
                 if run is None:

@@ -190,6 +190,18 @@ def test_a_peer_that_overruns_its_credit_window_is_disconnected(setenv: Callable
         assert tally.step_count < 16  # type: ignore[attr-defined]
 
 
+def test_a_peer_that_opens_streams_without_end_is_disconnected(system: ActorSystem) -> None:
+    """Each (sender, target) a node sends on costs the receiver a stream record kept until that
+    node leaves; user-thread names are the sender's to mint, so the count per node is bounded."""
+    system.inbox("victim")
+    system._node._streams.max_streams = 8  # the bound, small enough to reach in a test
+    with _liar(system) as liar:
+        for thread in range(9):
+            liar.tell(f"~{liar.node_id}/thread-{thread}", "victim", {"type": "sync_now"})
+        _wait_until(lambda: "liar/1" not in system.names())
+        assert (liar.node_id, "disconnected: it opened more than 8 streams") in system._node.refusals()
+
+
 def test_refusals_reveal_no_run_id(system: ActorSystem) -> None:
     with WireClient(system.endpoint, system.run_id) as probe:
         answer = probe.hello(run_id="guess")

@@ -31,6 +31,20 @@ def test_an_ack_releases_what_was_handled_and_returns_credit() -> None:
     assert out.on_ack(received=5, handled=3, now=2.0) == 0  # a repeated ack changes nothing
 
 
+def test_streams_per_source_node_are_bounded_and_freed_with_their_node_or_target() -> None:
+    streams = InStreams(window=8, max_streams=2)
+    assert streams.accept(("a", "s1", "t1"), 1) is Verdict.ACCEPT
+    assert streams.accept(("a", "s2", "t1"), 1) is Verdict.ACCEPT
+    assert streams.accept(("a", "s3", "t2"), 1) is Verdict.TOO_MANY
+    assert streams.accept(("b", "s3", "t2"), 1) is Verdict.ACCEPT  # another node has its own room
+    assert streams.accept(("a", "s1", "t1"), 2) is Verdict.ACCEPT  # an open stream goes on
+    streams.forget_target("t1")
+    assert streams.accept(("a", "s3", "t2"), 1) is Verdict.ACCEPT
+    streams.forget("a")
+    assert streams.accept(("a", "s4", "t3"), 1) is Verdict.ACCEPT
+    assert streams.accept(("a", "s5", "t3"), 1) is Verdict.ACCEPT
+
+
 def test_only_what_was_not_received_is_sent_again_and_only_after_a_quiet_period() -> None:
     out = _stream(4)
     out.on_ack(received=2, handled=1, now=1.0)
