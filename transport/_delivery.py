@@ -126,22 +126,25 @@ class _InStream:
 class InStreams:
     """Receive state of every stream a node receives, keyed (source node, sender, target)."""
 
-    __slots__ = ("window", "max_streams", "_streams", "_per_node")
+    __slots__ = ("window", "max_streams", "table", "_per_node")
 
     def __init__(self, window: int, max_streams: int = MAX_STREAMS_PER_NODE) -> None:
         self.window = window
         self.max_streams = max_streams  # per source node
-        self._streams: dict[tuple[str, str, str], _InStream] = {}
+        # The node's receive loop runs the common case of ``accept`` inline on this table (the
+        # next number within the window: it sets ``received``, as ``accept`` would) and calls
+        # ``accept`` for everything else; nothing else outside this class touches it.
+        self.table: dict[tuple[str, str, str], _InStream] = {}
         self._per_node: collections.Counter[str] = collections.Counter()
 
     def accept(self, key: tuple[str, str, str], seq: int) -> Verdict:
-        stream = self._streams.get(key)
+        stream = self.table.get(key)
         if stream is None:
             source = key[0]
             if self._per_node[source] >= self.max_streams:
                 return Verdict.TOO_MANY
             self._per_node[source] += 1
-            stream = self._streams[key] = _InStream()
+            stream = self.table[key] = _InStream()
         if seq != stream.received + 1:
             return Verdict.DUPLICATE if seq <= stream.received else Verdict.GAP
         if seq - stream.handled > self.window:
@@ -152,14 +155,14 @@ class InStreams:
     def handled_of(self, key: tuple[str, str, str]) -> int:
         """The last seq of ``key`` acknowledged as handled: what a duplicate is answered with (its
         sender re-sends because an ack was lost, and only a new ack stops it)."""
-        stream = self._streams.get(key)
+        stream = self.table.get(key)
         return stream.handled if stream is not None else 0
 
     def acks(self, handled: dict[tuple[str, str, str], int]) -> dict[str, list[tuple[str, str, int, int]]]:
         """``{stream: last handled seq}`` -> the ack entries owed to each source node,
         ``(sender, target, received, handled)``; the handled messages stop counting against the window."""
         by_node: dict[str, list[tuple[str, str, int, int]]] = collections.defaultdict(list)
-        streams = self._streams
+        streams = self.table
         for key, seq in handled.items():
             source, sender, target = key
             stream = streams.get(key)
@@ -173,15 +176,15 @@ class InStreams:
 
     def forget(self, node_id: str) -> None:
         """Node ``node_id`` left (or was disconnected): its streams are gone with it."""
-        for key in [k for k in self._streams if k[0] == node_id]:
-            del self._streams[key]
+        for key in [k for k in self.table if k[0] == node_id]:
+            del self.table[key]
         self._per_node.pop(node_id, None)
 
     def forget_target(self, name: str) -> None:
         """Actor ``name`` went down: a later actor of that name is a new target, its streams new too."""
-        for key in [k for k in self._streams if k[2] == name]:
-            del self._streams[key]
+        for key in [k for k in self.table if k[2] == name]:
+            del self.table[key]
             self._per_node[key[0]] -= 1
 
     def __len__(self) -> int:
-        return len(self._streams)
+        return len(self.table)

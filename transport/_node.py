@@ -560,7 +560,12 @@ class Node:
             if not block:
                 raise WouldBlock(f"{target!r} has {pair.window} unhandled messages from {sender!r}")
             self._wait_credit(pair, target, type(message).wire_tag(), wait)
-        with pair.lock:  # numbering and queueing in one step: a rehome renumbers under the same lock
+        # Numbering and queueing in one step: a rehome renumbers under the same lock.  Explicit
+        # acquire/release (profile of bench bus: `with pair.lock` was 6% of the sending process,
+        # 0.19 us a send on this VM against 0.10 us for acquire/try/release).
+        lock = pair.lock
+        lock.acquire()
+        try:
             seq = pair.seq + 1
             record = self._codec.encode_record_fields(
                 sender, target, seq, correlation_id, False, time.monotonic_ns(), time.time_ns(), trace_id, message
@@ -570,6 +575,8 @@ class Node:
             pair.unacked.append((seq, record, type(message)))
             pair.sent += 1
             self._out.append((pair.node_id, record))
+        finally:
+            lock.release()
         self._seq[sender] = seq
         if self._idle:
             self._idle = False  # one wake-up per sleep: the I/O thread may wait for the GIL a while
@@ -999,6 +1006,7 @@ class Node:
         # (profile: per-message hand-off was a third of the I/O thread's time).
         runs: dict[str, list[tuple[Envelope, Message, str]]] = {}
         accept = self._streams.accept
+        table, window = self._streams.table, self._streams.window
         proven: set[str] = set()  # senders checked in this batch (a batch is mostly one sender's)
         for envelope, message in pairs:
             target = envelope.target
@@ -1024,7 +1032,15 @@ class Node:
                 self._resolve(envelope, message, source)
             else:
                 key = (source, envelope.sender, target)
-                verdict = accept(key, envelope.seq)
+                # InStreams.accept's common case inline (the next number, within the window): the
+                # call was 3% of the receiving process in a profile of bench bus.
+                stream = table.get(key)
+                seq = envelope.seq
+                if stream is not None and seq == stream.received + 1 and seq - stream.handled <= window:
+                    stream.received = seq
+                    verdict = _ACCEPT
+                else:
+                    verdict = accept(key, seq)
                 if verdict is not _ACCEPT:
                     if verdict is _DUPLICATE:
                         # Re-sent because an ack was lost: ack again, or it is re-sent forever.
