@@ -59,6 +59,7 @@ from .kinds._runtime import (
     AskFailed,
     Down,
     ErrorReply,
+    RankExited,
     TimerFired,
 )
 from .kinds._tensor import TensorRef
@@ -119,6 +120,6 @@ __all__ = [
     "BeginSync", "PublishGroup", "FreeGroup", "GroupsFreed", "EndSync", "SyncFailed", "HeldNames",
     "ReserveServeBuffer", "ServeBufferReserved", "PullRequest", "PullReply",
     # what the runtime tells an actor
-    "Down", "ErrorReply", "AskFailed", "TimerFired",
+    "Down", "ErrorReply", "AskFailed", "TimerFired", "RankExited",
 ]
 _publish(globals(), __all__)

@@ -21,7 +21,7 @@ PUBLIC = {
         "IntentKind", "JoinAccepted", "JoinRejected", "JoinRequest", "LrUpdate", "MESSAGE_TYPES",
         "MalformedMessage", "Message", "MessageTooLarge", "MetricsMsg", "NewNcclIdGenerated", "NewNcclSession",
         "PROTOCOL_VERSION", "PeerError", "Plane", "ProtocolVersionMismatch", "PublishGroup", "PullReply",
-        "PullRequest", "Record", "RequestNewNcclId", "ReserveServeBuffer", "ResourceUsage", "SaveReason",
+        "PullRequest", "RankExited", "Record", "RequestNewNcclId", "ReserveServeBuffer", "ResourceUsage", "SaveReason",
         "ScalarSum", "ServeBufferReserved", "SessionFailed", "SetEpochCallbackRole", "SetGlobalStep",
         "Shutdown", "ShutdownWithSave", "StartEpoch", "SyncAck", "SyncFailed", "SyncNow", "TensorRef",
         "Throttle", "TimerFired", "TimingMsg", "UnknownMessage", "UsageError", "WeightMsg", "decode",

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import subprocess
 import sys
 import tempfile
 import time
@@ -21,6 +22,7 @@ import time
 from actorwire import messages as m
 from actorwire.actors import _names
 from actorwire.actors.control._coordinator import Coordinator
+from actorwire.actors.runtime._launch import ChildProcess
 from actorwire.actors.runtime._system import ActorSystem
 from actorwire.actors.weights._consumer import ModelConsumer
 
@@ -39,13 +41,39 @@ def _spawn_consumers(system: ActorSystem, workers: int) -> dict[int, ModelConsum
     return consumers
 
 
+def _epoch_arg(text: str) -> int | None:
+    try:
+        return int(text)
+    except ValueError:
+        return None
+
+
+def _reap(child: ChildProcess, grace: float) -> int:
+    """The worker's exit status, once it has left by itself within ``grace`` s or been stopped."""
+    try:
+        return child.wait(grace)
+    except subprocess.TimeoutExpired:  # e.g. still waiting to join a run that ended
+        child.process.terminate()
+        try:
+            return child.wait(5.0)
+        except subprocess.TimeoutExpired:
+            child.kill()
+            return child.wait()
+
+
 def run_demo(args: argparse.Namespace) -> int:
     workers, epochs = args.workers, args.epochs
     if args.kill_rank is not None and not 0 <= args.kill_rank < workers:
         print(f"actorwire demo: --kill-rank must be between 0 and {workers - 1}, got {args.kill_rank}")
         return 2
-    if args.at_epoch is not None and not 0 <= args.at_epoch < epochs:
-        print(f"actorwire demo: --at-epoch must be between 0 and {epochs - 1}, got {args.at_epoch}")
+    at_start = args.at_epoch == "start"
+    at_epoch = None if at_start else _epoch_arg(args.at_epoch)
+    if not at_start and (at_epoch is None or not 0 <= at_epoch < epochs):
+        print(f"actorwire demo: --at-epoch must be 'start' or between 0 and {epochs - 1}, got {args.at_epoch}")
+        return 2
+    min_world = getattr(args, "min_world_size", None) or 1
+    if min_world > workers:
+        print(f"actorwire demo: --min-world-size must be at most --workers ({workers}), got {min_world}")
         return 2
     backend = getattr(args, "backend", "gloo")
     if backend == "nccl":
@@ -63,18 +91,28 @@ def run_demo(args: argparse.Namespace) -> int:
         system.spawn(Coordinator(world_size=workers, run_id=system.run_id, num_epochs=epochs, dataset_size=dataset,
                                  batch_size=32, sync_every=8, eval_every=2, checkpoint_every=2, form_group=True,
                                  metrics_sink="main", save_stem=f"{save_dir}/run", tick_interval=0.5,
-                                 staleness_timeout=10.0), "coordinator")
+                                 staleness_timeout=10.0, join_timeout=45.0, min_world_size=min_world), "coordinator")
         inbox.watch("coordinator")
         consumers = _spawn_consumers(system, workers)
         env = {"DEMO_DATASET": str(dataset), "DEMO_SAVE_STEM": f"{save_dir}/run",
                "ACTORWIRE_WORLD_SIZE": str(workers), "DEMO_BACKEND": backend}
-        children = {rank: system.launch([sys.executable, "-m", "actorwire.actors.cli._demo_train"], rank=rank, env=env)
+        # The coordinator is told when a worker's process exits, also before it has joined.
+        children = {rank: system.launch([sys.executable, "-m", "actorwire.actors.cli._demo_train"], rank=rank, env=env,
+                                        watcher="coordinator")
                     for rank in range(workers)}
         print(f"run {system.run_id}: coordinator here, {workers} workers "
               f"(pids {', '.join(str(c.pid) for c in children.values())}), {epochs} epochs, {backend} all-reduce")
         print(f"{'epoch':>5}  {'loss':>8}  {'mse':>8}  {'ms':>7}  samples per rank")
-        kill_at = args.at_epoch if args.kill_rank is not None else None
+        kill_at = at_epoch if args.kill_rank is not None else None
         killed = None
+        killed_at = 0.0
+        if args.kill_rank is not None and at_start:  # it is still importing torch: it cannot have joined
+            children[args.kill_rank].kill()
+            killed, killed_at = args.kill_rank, time.monotonic()
+            print(f"   -- SIGKILLed rank {killed} at start, before it joined")
+        handed_over: list[int] = []
+        ended: m.ShutdownWithSave | None = None
+        finished: set[int] = set()
         while True:
             got = inbox.get(timeout=60)
             if got is None:
@@ -82,11 +120,22 @@ def run_demo(args: argparse.Namespace) -> int:
                 return 1
             msg = got.message
             if isinstance(msg, m.StartEpoch) and msg.epoch == kill_at and killed is None:
-                time.sleep(0.2)  # let the epoch get under way
+                time.sleep(0.15)  # let the epoch get under way (an epoch lasts about 0.3 s)
                 children[args.kill_rank].kill()  # type: ignore[index]
-                killed = args.kill_rank
+                killed, killed_at = args.kill_rank, time.monotonic()
                 print(f"   -- SIGKILLed rank {killed} during epoch {kill_at}")
+            elif isinstance(msg, m.ExtendPartition):
+                handed_over.append(msg.partition_size)
+                if len(handed_over) == 1:
+                    after = f" {time.monotonic() - killed_at:.2f} s after the kill" if killed is not None else ""
+                    print(f"   -- a rank was lost during epoch {msg.epoch}{after}; the samples it had not "
+                          f"trained go to the survivors:")
+                print(f"      {msg.partition_size} samples from {msg.partition_offset} to a survivor")
+            elif isinstance(msg, m.ShutdownWithSave):
+                ended = msg
+                print(f"the run cannot go on ({msg.reason.value}): {msg.detail}")
             elif isinstance(msg, m.EpochMetrics):
+                finished.add(msg.epoch)
                 samples = " ".join(f"{s:>5}" for s in msg.per_rank_samples)
                 mse = msg.scalars.get("mse", math.nan)
                 print(f"{msg.epoch:>5}  {msg.avg_loss:>8.4f}  {mse:>8.4f}  {msg.epoch_ms:>7.1f}  {samples}")
@@ -94,7 +143,7 @@ def run_demo(args: argparse.Namespace) -> int:
                 print(f"   eval after epoch {msg.epoch}: validation mse {msg.metric:.4f}")
             elif isinstance(msg, m.Down) and msg.name == "coordinator":
                 break
-        codes = {rank: child.wait(30) for rank, child in children.items()}
+        codes = {rank: _reap(child, 30.0 if ended is None else 5.0) for rank, child in children.items()}
     lost = [r for r, c in codes.items() if c != 0]
     synced = ", ".join(f"rank {r}: {c.syncs_done}" for r, c in consumers.items())
     print(f"weights synced to one consumer per rank after every epoch, each checked bit-exact ({synced})")
@@ -104,4 +153,9 @@ def run_demo(args: argparse.Namespace) -> int:
     if args.record:
         print(f"recorded into {args.record}: try `actorwire log show {args.record} --kind epoch_aggregated` or "
               f"`actorwire replay {args.record} --actor coordinator`")
-    return 0 if set(lost) <= ({killed} if killed is not None else set()) else 1
+    # The outcome is the run's, not the workers': a run that finished with survivors succeeded,
+    # whoever killed a rank; one that ended early (or lost an epoch) failed.
+    complete = ended is None and finished == set(range(epochs))
+    if not complete and ended is None:
+        print(f"the run ended after epochs {sorted(finished)} of {epochs}")
+    return 0 if complete else 1

@@ -52,6 +52,9 @@ def main() -> int:
     torch.manual_seed(0)  # identical initial weights on every rank
     n = int(os.environ.get("DEMO_DATASET", "3072"))
     batch_size = int(os.environ.get("DEMO_BATCH", "32"))
+    # The model is tiny: each batch is stretched to at least this long, so that an epoch lasts long
+    # enough (about 0.3 s with 3 workers) for a kill to land inside it, as it would in a real run.
+    step_s = float(os.environ.get("DEMO_STEP_MS", "10")) / 1000
     stem = os.environ.get("DEMO_SAVE_STEM", "")
     x, y = dataset(n)
     val_x, val_y = x[-256:], y[-256:]
@@ -92,6 +95,8 @@ def main() -> int:
                 loss.backward()
                 optimizer.step()
                 value = loss.item()
+                if (spare := step_s - (time.perf_counter() - t0)) > 0:
+                    time.sleep(spare)
                 worker.record_scalar("mse", value)
                 worker.report_timing(batch_ms=(time.perf_counter() - t0) * 1000, batch_loss=value, lr=0.05)
                 if worker.shutting_down:

@@ -124,7 +124,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--workers", type=_positive, default=3, help="worker processes (default 3)")
     p.add_argument("--epochs", type=_positive, default=4, help="epochs (default 4)")
     p.add_argument("--kill-rank", type=int, metavar="R", help="SIGKILL this worker during --at-epoch")
-    p.add_argument("--at-epoch", type=int, default=1, metavar="E", help="epoch of the kill (default 1)")
+    p.add_argument("--at-epoch", default="1", metavar="E",
+                   help="epoch of the kill (default 1), or 'start': before the worker has joined")
+    p.add_argument("--min-world-size", type=_positive, metavar="N",
+                   help="the fewest workers the run starts with (default 1: it goes on with whoever is left)")
     p.add_argument("--record", metavar="DIR", help="record every actor's messages into DIR")
     p.add_argument("--backend", choices=["gloo", "nccl"], default="gloo",
                    help="all-reduce backend: gloo on the CPU (default), or nccl with one GPU per worker")

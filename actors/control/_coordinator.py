@@ -60,6 +60,7 @@ from actorwire.messages import (
     MetricsMsg,
     NewNcclIdGenerated,
     NewNcclSession,
+    RankExited,
     RequestNewNcclId,
     SaveReason,
     SessionFailed,
@@ -110,6 +111,9 @@ class Coordinator(Actor):
         self.history: list[EpochMetrics] = []
         self.started_at = 0.0
         self.session_attempt = 0
+        self.reformed_after = -1  # the last attempt whose failure started a new one
+        #: Ranks lost before the run started, and how: they are not waited for.
+        self.lost_at_start: dict[int, str] = {}
 
     def config(self) -> dict[str, Any]:
         return dict(self._config_kwargs)
@@ -158,6 +162,10 @@ class Coordinator(Actor):
     def on_join(self, msg: JoinRequest, ctx: Context) -> None:
         reason = join_refusal(self.settings, msg, started=self.phase != "joining", joined=self.ranks,
                               signature=self.settings.model_signature or getattr(self, "_signature", ""))
+        if self.saved is not None:
+            reason = f"the run has ended ({self.saved.value})"
+        elif reason is None and msg.rank in self.lost_at_start:
+            reason = f"rank {msg.rank} was lost before the start ({self.lost_at_start[msg.rank]})"
         if reason is not None:
             ctx.log.warning("join refused", rank=msg.rank, reason=reason)
             if ctx.correlation_id:
@@ -178,13 +186,47 @@ class Coordinator(Actor):
         self.by_name[r.name] = msg.rank
         if ctx.correlation_id:
             ctx.reply(JoinAccepted(rank=msg.rank, world_size=self.settings.world_size))
-        if len(self.ranks) == self.settings.world_size:
+        ctx.log.info("rank joined", rank=msg.rank, joined=len(self.alive()), world_size=self.settings.world_size,
+                     progress=f"joined {len(self.alive())}/{self.settings.world_size}")
+        self._maybe_begin(ctx)
+
+    @handler
+    def on_rank_exited(self, msg: RankExited, ctx: Context) -> None:
+        """The launcher saw a rank's process exit; the only news of a rank that never joined."""
+        r = self.ranks.get(msg.rank)
+        if r is not None:
+            if msg.returncode != 0 and r.alive and not r.exited and self.phase != "stopping":
+                self._death(ctx, r, msg.detail)  # its Down may still be on the way; this is as sure
+            return
+        if self.phase != "joining" or msg.rank in self.lost_at_start or msg.rank >= self.settings.world_size:
+            return
+        self.failures += 1
+        self.lost_at_start[msg.rank] = f"{msg.detail or 'exited'} before it joined"
+        ctx.log.error("rank lost before joining", rank=msg.rank, phase=self.phase, reason=msg.detail)
+        self._maybe_begin(ctx)
+
+    def _maybe_begin(self, ctx: Context) -> None:
+        """Start once every rank joined or was lost; end at once if too few can ever start."""
+        c = self.settings
+        alive = len(self.alive())
+        waiting = c.world_size - len(set(self.ranks) | set(self.lost_at_start))
+        if alive + waiting < c.min_world_size:
+            lost = "; ".join(f"rank {k} {why}" for k, why in sorted(self.lost_at_start.items()))
+            self._save_and_shutdown(ctx, SaveReason.TOO_FEW_RANKS,
+                                    f"{lost}; {alive} of {c.world_size} ranks joined and {waiting} may still, "
+                                    f"fewer than min_world_size {c.min_world_size} (phase joining)")
+        elif waiting == 0 and alive:
             self._begin(ctx)
 
     def _begin(self, ctx: Context) -> None:
         self.phase = "running"
+        if self.lost_at_start:
+            ctx.log.warning("starting without the ranks lost before the start", world_size=len(self.alive()),
+                            lost=sorted(self.lost_at_start))
         self._elect_roles(ctx)
-        if self.settings.form_group:
+        # With fewer ranks than planned, the workers cannot form the group they were launched for:
+        # the coordinator forms it for the ranks that are here.
+        if self.settings.form_group or len(self.alive()) < self.settings.world_size:
             self._start_rendezvous(ctx)
         self._dispatch_epoch(ctx, 0)
 
@@ -195,10 +237,17 @@ class Coordinator(Actor):
         now = ctx.now()
         if self.phase == "joining":
             ctx.broadcast([r.name for r in self.alive()], CoordHeartbeat(seq=msg.count))
-            if self.ranks and now - self.started_at >= self.settings.join_timeout:
+            for r in self.alive():  # a joined rank beats while it waits: silence is a death here too
+                if now - r.last_seen > self.settings.staleness_timeout:
+                    self._death(ctx, r, f"no message for {now - r.last_seen:.1f} s")
+            if self.phase == "joining" and now - self.started_at >= self.settings.join_timeout:
+                missing = sorted(set(range(self.settings.world_size)) - set(self.ranks) - set(self.lost_at_start))
+                for rank in missing:
+                    self.lost_at_start[rank] = f"did not join within {self.settings.join_timeout:g} s"
                 ctx.log.warning("not every rank joined in time; starting with those that did",
-                                joined=sorted(self.ranks), world_size=self.settings.world_size)
-                self._begin(ctx)
+                                joined=sorted(r.rank for r in self.alive()), missing=missing,
+                                world_size=self.settings.world_size)
+                self._maybe_begin(ctx)
             return
         if self.phase in ("running", "finishing"):
             ctx.broadcast([r.name for r in self.alive()], CoordHeartbeat(seq=msg.count))
@@ -210,7 +259,11 @@ class Coordinator(Actor):
             self._check_rendezvous_timeout(ctx, now)
             if (self.sync_armed_at is not None and now - self.sync_armed_at > self.settings.reduce_stall_timeout
                     and self.saved is None):
-                self._save_and_shutdown(ctx, SaveReason.REDUCE_STALL)
+                waiting = sorted(r.rank for r in self.alive() if r.rank not in self.sync_acked)
+                self._save_and_shutdown(ctx, SaveReason.REDUCE_STALL,
+                                        f"sync {self.sync_cycle} not acknowledged within "
+                                        f"{self.settings.reduce_stall_timeout:g} s by rank(s) {waiting} "
+                                        f"(phase {self.phase}, epoch {self.epoch})")
         if self.phase == "stopping" and self.shutdown_at is not None:
             if not self.alive() or now - self.shutdown_at > self.settings.exit_grace:
                 ctx.stop()
@@ -248,6 +301,13 @@ class Coordinator(Actor):
     # -- deaths ---------------------------------------------------------------
 
     def _death(self, ctx: Context, r: RankState, why: str) -> None:
+        if self.phase == "joining":  # nothing to hand over yet: the run starts without it
+            r.alive = False
+            self.failures += 1
+            self.lost_at_start[r.rank] = f"died while the others were joining ({why})"
+            ctx.log.error("rank lost", rank=r.rank, phase=self.phase, reason=why)
+            self._maybe_begin(ctx)
+            return
         # The remainder is computed before the ledger changes: once the rank is
         # out of the ledger its progress is gone and its slice would be lost.
         offset, size = r.plan
@@ -256,20 +316,23 @@ class Coordinator(Actor):
         r.alive = False
         self.failures += 1
         self.sync_acked.discard(r.rank)
-        ctx.log.error("rank lost", rank=r.rank, reason=why, remainder=remainder)
+        ctx.log.error("rank lost", rank=r.rank, phase=self.phase, epoch=self.epoch, reason=why, remainder=remainder)
         if r.rank in (self.eval_role, self.checkpoint_role, self.epoch_role):
             self._elect_roles(ctx, force=True)
         if self.settings.backend == "nccl":
             self._tell_all(ctx, DeclareDead(rank=r.rank))
         reason = self._unrecoverable()
         if reason is not None:
-            self._save_and_shutdown(ctx, reason)
+            self._save_and_shutdown(ctx, reason, f"rank {r.rank} lost in epoch {self.epoch} ({why}); "
+                                                 f"{len(self.alive())} rank(s) left, {self.failures} lost in all")
             return
         survivors = self.alive()
         if remainder and self.phase == "running" and self.epoch >= 0:
             for s, (start, n) in zip(survivors, split_range(offset + done, remainder, len(survivors))):
                 if n:
-                    ctx.tell(s.name, ExtendPartition(partition_offset=start, partition_size=n, epoch=self.epoch))
+                    extension = ExtendPartition(partition_offset=start, partition_size=n, epoch=self.epoch)
+                    ctx.tell(s.name, extension)
+                    self._sink(ctx, extension)  # the user's view shows where a lost rank's samples went
                     s.extended += n
                     s.ext_sent += 1
         if len(survivors) >= 2 or self.settings.backend == "gloo":
@@ -296,7 +359,9 @@ class Coordinator(Actor):
         tried = set(self.rendezvous["tried"]) if self.rendezvous and not fresh else set()
         candidates = [r for r in by_speed(survivors) if r.rank not in tried]
         if not candidates:
-            self._save_and_shutdown(ctx, self._unrecoverable() or SaveReason.SINGLE_SURVIVOR)
+            self._save_and_shutdown(ctx, self._unrecoverable() or SaveReason.SINGLE_SURVIVOR,
+                                    f"no rank could form a new process group (tried {sorted(tried)}; "
+                                    f"phase {self.phase}, epoch {self.epoch})")
             return
         generator = candidates[0]
         self.rendezvous = {"generator": generator.rank, "since": ctx.now(), "tried": sorted(tried | {generator.rank}),
@@ -316,6 +381,11 @@ class Coordinator(Actor):
     def on_session_failed(self, msg: SessionFailed, ctx: Context) -> None:
         if self._from_rank(ctx, msg.rank) is None or msg.attempt < self.session_attempt:
             return  # a stale report of an attempt already superseded
+        if msg.attempt <= self.reformed_after:
+            # Every rank that timed out in one attempt says so: one new attempt answers them all
+            # (each used to start its own, and each new store closed the one just announced).
+            return
+        self.reformed_after = msg.attempt
         ctx.log.warning("a rank could not join the new process group; re-forming it", rank=msg.rank,
                         attempt=msg.attempt, reason=msg.reason)
         self.rendezvous = None
@@ -594,14 +664,16 @@ class Coordinator(Actor):
         self.shutdown_at = ctx.now()
         self._tell_all(ctx, Shutdown())
 
-    def _save_and_shutdown(self, ctx: Context, reason: SaveReason) -> None:
+    def _save_and_shutdown(self, ctx: Context, reason: SaveReason, detail: str = "") -> None:
         if self.saved is not None:
             return  # never twice
         self.saved = reason
-        ctx.log.error("the run cannot go on; saving and shutting down", reason=reason.value)
+        ctx.log.error("the run cannot go on; saving and shutting down", reason=reason.value, detail=detail)
         if self.settings.save_stem:
-            self.write_meta(self._meta(reason, ctx))
-        self._tell_all(ctx, ShutdownWithSave(reason=reason))
+            self.write_meta({**self._meta(reason, ctx), "save_detail": detail})
+        message = ShutdownWithSave(reason=reason, detail=detail)
+        self._tell_all(ctx, message)
+        self._sink(ctx, message)  # the user's view of the run says why it ended
         self.phase = "stopping"
         self.shutdown_at = ctx.now()
 

@@ -52,6 +52,13 @@ class CoordinatorConfig(msgspec.Struct, frozen=True, kw_only=True):
     exit_grace: float = 30.0
     #: How long to wait for every rank to join; then the run starts with those that did.
     join_timeout: float = 120.0
+    #: The fewest ranks a run starts with.  A rank lost before the start (its process exited
+    #: before it joined, or a joined rank died while others were still joining) leaves the run
+    #: to the others, as a rank lost in epoch 0 would; with fewer than this many left to start,
+    #: the run ends at once with ``ShutdownWithSave(too_few_ranks)``.  The default, 1, is the
+    #: rule a run follows after the start too (it goes on down to one gloo survivor); set it to
+    #: ``world_size`` when a smaller run is worthless to you.
+    min_world_size: int = 1
     #: Actor that receives every EpochMetrics and EvalBroadcast (e.g. the user's inbox).
     metrics_sink: str = ""
     #: Where ShutdownWithSave writes ``<stem>.meta.json``; empty: nowhere.
@@ -69,6 +76,9 @@ class CoordinatorConfig(msgspec.Struct, frozen=True, kw_only=True):
             raise InvalidArgument(f"backend must be 'gloo' or 'nccl', got {self.backend!r}")
         if self.sync_every < 1:
             raise InvalidArgument(f"sync_every must be >= 1, got {self.sync_every}")
+        if not 1 <= self.min_world_size <= self.world_size:
+            raise InvalidArgument(f"min_world_size must be between 1 and world_size ({self.world_size}), "
+                                  f"got {self.min_world_size}")
 
 
 class RankState:

@@ -13,6 +13,7 @@ import hashlib
 import threading
 import time
 import uuid
+from collections.abc import Callable
 from typing import Any, TypeVar, overload
 
 from actorwire.actors.runtime._actor import Actor, dispatch
@@ -22,6 +23,7 @@ from actorwire.actors.runtime._launch import ActorSpec, ChildProcess, set_proces
 from actorwire.actors.runtime._record import Recorder, RecordSettings
 from actorwire.actors.runtime._timers import Timers
 from actorwire.messages import (
+    ActorwireError,
     AskFailed,
     Down,
     DownReason,
@@ -29,6 +31,7 @@ from actorwire.messages import (
     ErrorCode,
     ErrorReply,
     Message,
+    RankExited,
     TimerFired,
 )
 from actorwire.transport import (
@@ -380,12 +383,14 @@ class ActorSystem:
         wait: bool = True,
         timeout: float = 30.0,
         takeover: bool = False,
+        watcher: str | None = None,
     ) -> ChildProcess:
         """Start actors in a new local process; by default wait until they are registered.
 
         ``actors`` maps names to ``"module:Class"`` targets (``config[name]``
         gives keyword arguments), or is a list of :class:`ActorSpec`.  The child
-        is watched: if it dies, watchers of its actors get ``Down(dead)`` at once.
+        is watched: if it dies, watchers of its actors get ``Down(dead)`` at once,
+        and ``watcher`` (with ``rank``) gets ``RankExited`` whenever it exits.
         """
         self._check_open()
         if isinstance(actors, dict):
@@ -396,7 +401,7 @@ class ActorSystem:
             env = {"ACTORWIRE_RECORD": self._record.directory,
                    "ACTORWIRE_RECORD_ACTORS": ",".join(self._record.actors), **(env or {})}
         child = ChildProcess(self, specs, rank=rank, env=env, takeover=takeover,
-                             on_exit=self._node.report_process_exit)
+                             on_exit=self._exit_reporter(rank, watcher))
         self._children.append(child)
         if wait:
             for spec in specs:
@@ -411,19 +416,39 @@ class ActorSystem:
                     raise
         return child
 
-    def launch(self, argv: list[str], *, rank: int | None = None, env: dict[str, str] | None = None) -> ChildProcess:
+    def launch(self, argv: list[str], *, rank: int | None = None, env: dict[str, str] | None = None,
+               watcher: str | None = None) -> ChildProcess:
         """Start any command as a member process: it joins with ``attach()`` and no flags.
 
         The child gets ``ACTORWIRE_JOIN``, ``ACTORWIRE_RUN_ID``, ``ACTORWIRE_NODE_ID`` (and
         ``ACTORWIRE_RANK``) and is watched: its actors are reported dead the moment it dies.
+        With ``rank`` and ``watcher`` (an actor name, e.g. the coordinator), the watcher is told
+        ``RankExited`` when the process exits, also when it dies before it has joined, which no
+        ``Down`` can report (it had no actor yet).
         """
         self._check_open()
         if self._record is not None:
             env = {"ACTORWIRE_RECORD": self._record.directory,
                    "ACTORWIRE_RECORD_ACTORS": ",".join(self._record.actors), **(env or {})}
-        child = ChildProcess(self, [], rank=rank, env=env, argv=argv, on_exit=self._node.report_process_exit)
+        child = ChildProcess(self, [], rank=rank, env=env, argv=argv, on_exit=self._exit_reporter(rank, watcher))
         self._children.append(child)
         return child
+
+    def _exit_reporter(self, rank: int | None, watcher: str | None) -> Callable[[str, int], None]:
+        """What a child's watch thread runs when the child exits: its actors are reported down,
+        then the rank's watcher is told (its Down, if it had joined, comes first)."""
+
+        def exited(node_id: str, code: int) -> None:
+            self._node.report_process_exit(node_id, code)
+            if watcher is None or rank is None or self._closed:
+                return
+            how = f"killed by signal {-code}" if code < 0 else f"exited with status {code}"
+            try:
+                self.tell(watcher, RankExited(rank=rank, returncode=code, detail=how), timeout=5.0)
+            except ActorwireError as exc:  # the watcher is gone, or the system is closing
+                self.log.debug("could not report a rank's exit", rank=rank, watcher=watcher, error=str(exc))
+
+        return exited
 
     def wait(self, timeout: float | None = None) -> bool:
         """Block until every local actor has stopped or the root is gone; False on timeout."""

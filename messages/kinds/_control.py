@@ -150,6 +150,8 @@ class ShutdownWithSave(Message, frozen=True, tag="shutdown_with_save"):
     """The run cannot go on: write your bundle, then exit."""
 
     reason: SaveReason
+    #: One line for people: what happened, naming the rank and the phase.
+    detail: str = ""
 
 
 class CoordHeartbeat(Message, frozen=True, tag="coord_heartbeat"):

@@ -26,6 +26,8 @@ class SaveReason(str, enum.Enum):
     ALL_RANKS_LOST = "all_ranks_lost"
     REDUCE_STALL = "reduce_stall"
     CHECKPOINT = "checkpoint"
+    #: Fewer ranks than ``min_world_size`` joined or are left to join.
+    TOO_FEW_RANKS = "too_few_ranks"
 
 
 class DownReason(str, enum.Enum):

@@ -123,6 +123,16 @@ class Down(Message, frozen=True, tag="down"):
     detail: str = ""
 
 
+class RankExited(Message, frozen=True, tag="rank_exited"):
+    """The process of a launched rank exited (told to the launch's ``watcher``), whether or not it
+    had joined: one that never joined has no actor whose ``Down`` could say so."""
+
+    rank: Count
+    #: The exit status; negative: killed by that signal.
+    returncode: int
+    detail: str = ""
+
+
 class ErrorReply(Message, frozen=True, tag="error_reply"):
     """A request could not be served; the asker raises an error carrying this."""
 
@@ -180,6 +190,7 @@ RuntimeMsg = Union[
     Watch,
     Unwatch,
     Down,
+    RankExited,
     ErrorReply,
     Ack,
     AskFailed,

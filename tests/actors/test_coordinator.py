@@ -208,8 +208,10 @@ def test_dead_rank_remainder_split_among_survivors() -> None:
     h.down("worker/1", m.DownReason.DEAD, "killed")
     out = h.take()
     extends = [(s.target, s.message) for s in out if isinstance(s.message, m.ExtendPartition)]
-    assert extends == [("worker/0", m.ExtendPartition(partition_offset=40, partition_size=10, epoch=0)),
-                       ("worker/2", m.ExtendPartition(partition_offset=50, partition_size=10, epoch=0))]
+    first, second = m.ExtendPartition(partition_offset=40, partition_size=10, epoch=0), \
+        m.ExtendPartition(partition_offset=50, partition_size=10, epoch=0)
+    # The sink (the user's view) sees where the lost rank's samples went.
+    assert extends == [("worker/0", first), ("main", first), ("worker/2", second), ("main", second)]
     # Survivors re-form the process group: the fastest survivor generates the id.
     (request,) = [s for s in out if isinstance(s.message, m.RequestNewNcclId)]
     h.deliver(m.NewNcclIdGenerated(rank=int(request.target[-1]), uid=b"store:1234"), sender=request.target)
@@ -279,9 +281,12 @@ def test_unrecoverable_runs_save_and_shut_down(tmp_path: pathlib.Path, overrides
     h.take()
     for rank in kill:
         h.down(f"worker/{rank}", m.DownReason.DEAD)
-    saves = [s.message for s in h.take() if isinstance(s.message, m.ShutdownWithSave)]
+    saves = [(s.target, s.message) for s in h.take() if isinstance(s.message, m.ShutdownWithSave)]
     survivors = 3 - len(kill)
-    assert saves == [m.ShutdownWithSave(reason=reason)] * survivors
+    assert [t for t, _ in saves] == [f"worker/{r}" for r in range(3) if r not in kill] + ["main"]
+    assert {msg.reason for _, msg in saves} == {reason}
+    # One line for people, naming the rank and when: the sink (the user's view) gets it too.
+    assert saves[-1][1].detail.startswith(f"rank {kill[-1]} lost in epoch 0 (dead")
     meta = json.loads((tmp_path / "ckpt.meta.json").read_text())
     assert meta["save_reason"] == reason.value and meta["world_size_at_save"] == survivors
 
@@ -460,12 +465,113 @@ def test_run_starts_with_the_ranks_that_joined_in_time() -> None:
     h.ask(m.JoinRequest(rank=0, world_size=3, run_id=RUN, model_signature="s"), sender="worker/0")
     h.ask(m.JoinRequest(rank=2, world_size=3, run_id=RUN, model_signature="s"), sender="worker/2")
     h.take()
-    h.advance(4.0)
+    for _ in range(2):  # a joined rank beats while it waits
+        h.advance(2.0)
+        for rank in (0, 2):
+            h.deliver(m.Heartbeat(rank=rank, step_count=0), sender=f"worker/{rank}/heartbeat")
     assert sent(h, m.StartEpoch) == [] and h.actor.phase == "joining"
     h.advance(2.0)
     plans = [(t, p) for t, p in sent(h, m.StartEpoch) if t != "main"]
     assert plans == [("worker/0", m.StartEpoch(epoch=0, partition_offset=0, partition_size=45)),
                      ("worker/2", m.StartEpoch(epoch=0, partition_offset=45, partition_size=45))]
+
+
+# -- start-up faults ------------------------------------------------------------------------
+
+
+def _join(h: ActorHarness, *ranks: int, world: int = 3) -> None:
+    for rank in ranks:
+        assert h.ask(m.JoinRequest(rank=rank, world_size=world, run_id=RUN, model_signature="s"),
+                     sender=f"worker/{rank}") == m.JoinAccepted(rank=rank, world_size=world)
+
+
+def _saves(h: ActorHarness) -> list[tuple[str, m.ShutdownWithSave]]:
+    return [(s.target, s.message) for s in h.take() if isinstance(s.message, m.ShutdownWithSave)]
+
+
+def test_a_rank_whose_process_exited_before_joining_is_not_waited_for() -> None:
+    """34 of 34 demo runs stalled for a minute when a worker died before it joined."""
+    h = make()
+    _join(h, 0, 2)
+    h.take()
+    h.deliver(m.RankExited(rank=1, returncode=-9, detail="killed by signal 9"), sender="~launcher/1")
+    out = h.take()
+    plans = [(s.target, s.message) for s in out if isinstance(s.message, m.StartEpoch) and s.target != "main"]
+    assert plans == [("worker/0", m.StartEpoch(epoch=0, partition_offset=0, partition_size=45)),
+                     ("worker/2", m.StartEpoch(epoch=0, partition_offset=45, partition_size=45))]
+    # The workers were launched for three: the coordinator forms the group of two itself.
+    assert any(isinstance(s.message, m.RequestNewNcclId) for s in out)
+    assert h.actor.lost_at_start == {1: "killed by signal 9 before it joined"}
+    # The dead rank's late join (a delayed message) claims nothing.
+    reply = h.ask(m.JoinRequest(rank=1, world_size=3, run_id=RUN, model_signature="s"), sender="worker/1")
+    assert isinstance(reply, m.JoinRejected)
+
+
+def test_too_few_ranks_left_to_start_ends_the_run_at_once_naming_rank_and_phase() -> None:
+    h = make(min_world_size=3)
+    _join(h, 0)
+    h.take()
+    h.deliver(m.RankExited(rank=2, returncode=1, detail="exited with status 1"), sender="~launcher/1")
+    saves = _saves(h)
+    assert [t for t, _ in saves] == ["worker/0", "main"]
+    reason, detail = saves[0][1].reason, saves[0][1].detail
+    assert reason is m.SaveReason.TOO_FEW_RANKS
+    assert detail == ("rank 2 exited with status 1 before it joined; 1 of 3 ranks joined and 1 may "
+                      "still, fewer than min_world_size 3 (phase joining)")
+    assert h.actor.phase == "stopping"
+
+
+def test_a_joined_rank_that_dies_while_others_join_does_not_end_the_run() -> None:
+    h = make()
+    _join(h, 0)
+    h.down("worker/0", m.DownReason.DEAD, "status -9")
+    _join(h, 1, 2)
+    assert h.actor.saved is None and h.actor.phase == "running"
+    plans = [t for t, msg in sent(h, m.StartEpoch) if t != "main"]
+    assert plans == ["worker/1", "worker/2"]
+
+
+def test_a_joined_rank_silent_while_waiting_is_dead_after_the_staleness_timeout() -> None:
+    h = make(min_world_size=2)
+    _join(h, 0, 1)
+    h.take()
+    h.advance(2.0)
+    h.deliver(m.Heartbeat(rank=1, step_count=0), sender="worker/1/heartbeat")
+    h.advance(2.0)  # rank 0 silent for 4 s > 3 s; rank 1 spoke 2 s ago
+    assert set(h.actor.lost_at_start) == {0}
+    h.advance(2.0)  # now rank 1 too: one left and one may still join, fewer than 2
+    assert [msg.reason for _, msg in _saves(h)] == [m.SaveReason.TOO_FEW_RANKS]
+
+
+def test_an_exit_report_for_a_joined_rank_is_its_death_and_its_down_is_not_a_second() -> None:
+    h = make()
+    join_all(h)
+    h.deliver(m.RankExited(rank=1, returncode=-9, detail="killed"), sender="~launcher/1")
+    h.down("worker/1", m.DownReason.DEAD)
+    assert h.actor.failures == 1 and not h.actor.ranks[1].alive
+
+
+def test_a_clean_exit_report_is_not_a_death() -> None:
+    h = make()
+    join_all(h)
+    h.deliver(m.Exiting(rank=1), sender="worker/1")
+    h.deliver(m.RankExited(rank=1, returncode=0, detail="exited with status 0"), sender="~launcher/1")
+    assert h.actor.failures == 0
+
+
+def test_ranks_that_never_showed_up_count_as_lost_at_the_join_timeout() -> None:
+    h = make(join_timeout=5.0, staleness_timeout=30.0, min_world_size=2)
+    _join(h, 0)
+    h.take()
+    h.advance(6.0)
+    saves = _saves(h)
+    assert [msg.reason for _, msg in saves] == [m.SaveReason.TOO_FEW_RANKS] * 2
+    assert "rank 1 did not join within 5 s; rank 2 did not join within 5 s" in saves[0][1].detail
+
+
+def test_min_world_size_is_validated() -> None:
+    with pytest.raises(ValueError, match=r"min_world_size must be between 1 and world_size \(2\), got 3"):
+        Coordinator(world_size=2, run_id="r", num_epochs=1, dataset_size=4, min_world_size=3)
 
 
 def test_joined_ranks_get_coordinator_heartbeats_while_waiting() -> None:
@@ -507,6 +613,19 @@ def test_a_failed_session_is_formed_again() -> None:
     assert {(s.uid, s.attempt) for _, s in sent(h, m.NewNcclSession)} == {(b"b", 2)}
     h.deliver(m.SessionFailed(rank=0, attempt=1, reason="late"), sender="worker/0")  # stale: ignored
     assert sent(h, m.RequestNewNcclId) == []
+
+
+def test_every_rank_failing_one_attempt_starts_one_new_attempt() -> None:
+    """With one rank late at formation, each of the others timed out and said so; each report started
+    a rendezvous of its own, and each new store closed the one just announced: every rank was lost."""
+    h = make(form_group=True)
+    join_all(h)
+    (request,) = [s for s in h.take() if isinstance(s.message, m.RequestNewNcclId)]
+    h.deliver(m.NewNcclIdGenerated(rank=int(request.target[-1]), uid=b"a"), sender=request.target)
+    h.take()
+    for rank in range(3):
+        h.deliver(m.SessionFailed(rank=rank, attempt=1, reason="timeout"), sender=f"worker/{rank}")
+    assert len(sent(h, m.RequestNewNcclId)) == 1
 
 
 def test_a_sync_broken_by_a_death_is_redone_on_the_new_group() -> None:

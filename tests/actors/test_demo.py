@@ -36,6 +36,9 @@ def test_killed_rank_is_recovered_and_the_coordinator_replays(epoch: int, tmp_pa
     proc = _demo("--kill-rank", "1", "--at-epoch", str(epoch), "--record", str(tmp_path))
     assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
     assert f"SIGKILLed rank 1 during epoch {epoch}" in proc.stdout
+    # The kill lands inside the epoch: the samples rank 1 had not trained were handed over (the
+    # kill used to land after the ~50 ms epochs had ended, and nothing failed over).
+    assert f"a rank was lost during epoch {epoch}" in proc.stdout, proc.stdout
     assert "lost rank(s): [1]" in proc.stdout
     assert _epochs(proc.stdout) == [0, 1, 2, 3]
     replay = subprocess.run([sys.executable, "-m", "actorwire", "replay", str(tmp_path), "--actor", "coordinator"],
@@ -49,4 +52,22 @@ def test_demo_rejects_bad_arguments() -> None:
     assert proc.returncode == 2
     assert "--kill-rank must be between 0 and 2, got 7" in proc.stdout
     proc = _demo("--kill-rank", "0", "--at-epoch", "9")
-    assert proc.returncode == 2 and "--at-epoch must be between 0 and 3, got 9" in proc.stdout
+    assert proc.returncode == 2 and "--at-epoch must be 'start' or between 0 and 3, got 9" in proc.stdout
+    proc = _demo("--min-world-size", "4")
+    assert proc.returncode == 2 and "--min-world-size must be at most --workers (3), got 4" in proc.stdout
+
+
+def test_a_rank_killed_before_it_joined_leaves_the_run_to_the_others() -> None:
+    """It used to stall the run for a minute (34 of 34 runs) and exit 1 without naming the rank."""
+    proc = _demo("--kill-rank", "1", "--at-epoch", "start")
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+    assert "SIGKILLed rank 1 at start, before it joined" in proc.stdout
+    assert _epochs(proc.stdout) == [0, 1, 2, 3] and "lost rank(s): [1]" in proc.stdout
+    assert "the run stalled" not in proc.stdout
+
+
+def test_too_few_ranks_to_start_ends_the_run_with_one_line_naming_the_rank() -> None:
+    proc = _demo("--kill-rank", "1", "--at-epoch", "start", "--min-world-size", "3")
+    assert proc.returncode == 1, proc.stdout + proc.stderr[-3000:]
+    assert "the run cannot go on (too_few_ranks): rank 1 killed by signal 9 before it joined" in proc.stdout
+    assert _epochs(proc.stdout) == []
