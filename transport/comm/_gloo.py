@@ -20,6 +20,9 @@ from actorwire.transport._settings import settings
 from actorwire.transport.comm._protocol import CommError
 
 
+_HOSTED_AT_MOST = 8
+
+
 class GlooCommunicator:
     """torch.distributed with the gloo backend; each (re-)formation gets a fresh TCP store."""
 
@@ -28,7 +31,9 @@ class GlooCommunicator:
         self.host = host
         #: An endpoint (the coordinator's) whose route picks the address peers reach this rank at.
         self.towards = towards
-        self._hosted: Any = None  # the TCPStore this rank hosts for the next formation
+        # The TCP stores this rank hosts, by the id it announced: each lives until a group is formed
+        # from a later one (ranks still joining an announced attempt must find its store there).
+        self._hosted: dict[bytes, Any] = {}
         self._rank = -1
         self._world = 0
         self._group = False
@@ -45,24 +50,34 @@ class GlooCommunicator:
         import torch.distributed as dist
 
         host = self.address()
-        store = dist.TCPStore(host, 0, is_master=True, wait_for_workers=False, timeout=self.timeout)
-        self._hosted = store
-        return f"{host}:{store.port}".encode()
+        try:
+            store = dist.TCPStore(host, 0, is_master=True, wait_for_workers=False, timeout=self.timeout)
+        except Exception as exc:
+            raise CommError(f"could not host a TCP store on {host}: {exc}") from exc
+        uid = f"{host}:{store.port}".encode()
+        self._hosted[uid] = store
+        while len(self._hosted) > _HOSTED_AT_MOST:  # attempts that can no longer be joined
+            del self._hosted[next(iter(self._hosted))]
+        return uid
 
     def init(self, uid: bytes, rank: int, world_size: int) -> None:
+        """Join the group ``uid`` as ``rank``; any failure (a store that cannot be reached, a bad
+        id, a peer that never came) is a :class:`CommError` the worker reports, never a crash."""
         import torch.distributed as dist
 
         self.abort()
         _pin_gloo_interface(self.address())
-        host, port = uid.decode().rsplit(":", 1)
-        store = dist.TCPStore(host, int(port), is_master=False, timeout=self.timeout)
         try:
+            host, port = uid.decode().rsplit(":", 1)
+            store = dist.TCPStore(host, int(port), is_master=False, timeout=self.timeout)
             dist.init_process_group("gloo", store=store, rank=rank, world_size=world_size, timeout=self.timeout)
         except Exception as exc:
-            raise CommError(f"could not form the gloo group {uid.decode()} as rank {rank}/{world_size}: {exc}") \
-                from exc
+            raise CommError(f"could not form the gloo group {uid.decode(errors='replace')} as rank "
+                            f"{rank}/{world_size}: {exc}") from exc
         self._store = store
         self._rank, self._world, self._group = rank, world_size, True
+        # Formed: the stores of earlier attempts are done with (the current one may still serve it).
+        self._hosted = {key: hosted for key, hosted in self._hosted.items() if key == uid}
 
     def all_reduce_sum(self, tensor: Any) -> None:
         import torch.distributed as dist
