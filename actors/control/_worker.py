@@ -76,6 +76,7 @@ from actorwire.messages import (
     SyncNow,
     UsageError,
 )
+from actorwire.transport import ActorDead, SystemClosed, UnknownActor
 from actorwire.transport._errors import InvalidArgument
 from actorwire.transport._log import get_logger
 from actorwire.transport._settings import settings
@@ -220,7 +221,7 @@ class Worker:
         if self.epoch_fn is not None and self.epoch_role == self.rank:
             t0 = time.monotonic()
             self.epoch_fn(plan.epoch)
-            self.inbox.tell(self.coordinator, EpochFnElapsed(rank=self.rank, epoch=plan.epoch,
+            self._tell(EpochFnElapsed(rank=self.rank, epoch=plan.epoch,
                                                             elapsed_ms=(time.monotonic() - t0) * 1000))
         return plan
 
@@ -253,15 +254,30 @@ class Worker:
         self._data_ms += data_ms
         self._last_batch_end = time.monotonic()
         tell = self.inbox.tell
-        tell(self.coordinator, Batch(rank=self.rank, batch_ms=batch_ms, step_count=self._steps,
-                                     batch_loss=batch_loss, data_ms=data_ms, param_norm=param_norm))
-        if lr is not None and lr != self._last_lr:
-            # The coordinator caches the latest LR per rank, so an unchanged LR is not
-            # sent again (it halves the cost of a step under a constant LR).
-            self._last_lr = lr
-            tell(self.coordinator, LrUpdate(rank=self.rank, lr=lr))
+        try:
+            tell(self.coordinator, Batch(rank=self.rank, batch_ms=batch_ms, step_count=self._steps,
+                                         batch_loss=batch_loss, data_ms=data_ms, param_norm=param_norm))
+            if lr is not None and lr != self._last_lr:
+                # The coordinator caches the latest LR per rank, so an unchanged LR is not
+                # sent again (it halves the cost of a step under a constant LR).
+                self._last_lr = lr
+                tell(self.coordinator, LrUpdate(rank=self.rank, lr=lr))
+        except (ActorDead, UnknownActor, SystemClosed) as exc:
+            self._coordinator_gone(exc)
         if len(self.inbox):
             self._pump(0.0)
+
+    def _tell(self, message: Message) -> None:
+        """Tell the coordinator; if it is gone, the run is over for this rank (``shutting_down``)."""
+        try:
+            self.inbox.tell(self.coordinator, message)
+        except (ActorDead, UnknownActor, SystemClosed) as exc:
+            self._coordinator_gone(exc)
+
+    def _coordinator_gone(self, exc: Exception) -> None:
+        if self._shutdown is None:
+            self.log.error("coordinator is gone; shutting down locally", error=str(exc))
+            self._shutdown = Shutdown()
 
     def record_scalar(self, name: str, value: float) -> None:
         acc = self._scalars.get(name)
@@ -279,7 +295,7 @@ class Worker:
         elapsed = (self._last_batch_end - plan.started) * 1000
         batches = self._epoch_batches
         covered = len(plan.extensions) + (1 if plan.is_extension else 0)
-        self.inbox.tell(self.coordinator, MetricsMsg(
+        self._tell(MetricsMsg(
             rank=self.rank, epoch=plan.epoch, avg_loss=self._epoch_loss / batches if batches else 0.0,
             batches_processed=batches, epoch_ms=max(0.0, (time.monotonic() - plan.started) * 1000),
             samples_processed=plan.total if samples is None else samples, share_complete_ms=max(0.0, elapsed),
@@ -292,10 +308,10 @@ class Worker:
 
     def request_eval(self) -> None:
         """Ask for an eval at the next epoch boundary (on the elected rank, not necessarily this one)."""
-        self.inbox.tell(self.coordinator, Intent(rank=self.rank, kind=IntentKind.EVAL_NOW))
+        self._tell(Intent(rank=self.rank, kind=IntentKind.EVAL_NOW))
 
     def request_checkpoint(self) -> None:
-        self.inbox.tell(self.coordinator, Intent(rank=self.rank, kind=IntentKind.CHECKPOINT_NOW))
+        self._tell(Intent(rank=self.rank, kind=IntentKind.CHECKPOINT_NOW))
 
     # -- what the coordinator said ----------------------------------------------------
 
@@ -487,8 +503,12 @@ class Worker:
             self._run_checkpoint(msg)
         elif isinstance(msg, RequestNewNcclId):
             if self.comm is not None:
-                uid = self.comm.new_unique_id()
-                self.inbox.tell(self.coordinator, NewNcclIdGenerated(rank=self.rank, uid=uid, attempt=msg.attempt))
+                try:
+                    uid = self.comm.new_unique_id()
+                except CommError as exc:  # the coordinator tries the next rank after its rendezvous timeout
+                    self.log.error("could not make the new process group's id", attempt=msg.attempt, error=str(exc))
+                    return
+                self._tell(NewNcclIdGenerated(rank=self.rank, uid=uid, attempt=msg.attempt))
         elif isinstance(msg, NewNcclSession):
             self._session_attempt = max(self._session_attempt, msg.attempt)
             if self.comm is not None:
@@ -496,7 +516,7 @@ class Worker:
                     self.comm.init(msg.uid, msg.new_rank, msg.new_world_size)
                 except CommError as exc:
                     self.log.warning("could not join the new process group", attempt=msg.attempt, error=str(exc))
-                    self.inbox.tell(self.coordinator, SessionFailed(rank=self.rank, attempt=msg.attempt,
+                    self._tell(SessionFailed(rank=self.rank, attempt=msg.attempt,
                                                                     reason=str(exc)[:500]))
         elif isinstance(msg, DeclareDead):
             if self.comm is not None:
@@ -510,10 +530,10 @@ class Worker:
             pass
 
     def _run_eval(self, msg: ExecuteEval) -> None:
-        self.inbox.tell(self.coordinator, run_eval(self.rank, msg, self.eval_fn))
+        self._tell(run_eval(self.rank, msg, self.eval_fn))
 
     def _run_checkpoint(self, msg: Checkpoint) -> None:
-        self.inbox.tell(self.coordinator, run_checkpoint(self.rank, msg, self.checkpoint_fn))
+        self._tell(run_checkpoint(self.rank, msg, self.checkpoint_fn))
 
     def _sync(self, msg: SyncNow) -> None:
         """Work-weighted all-reduce: each rank weighs its parameters by its steps since the last sync."""
@@ -531,13 +551,13 @@ class Worker:
                     # error, a hung peer).  Tell the coordinator, which re-forms it: a supervision
                     # event instead of a reduce that stalls until the run is saved.
                     self.log.error("no new process group in time; asking the coordinator to re-form it")
-                    self.inbox.tell(self.coordinator, SessionFailed(
+                    self._tell(SessionFailed(
                         rank=self.rank, attempt=self._session_attempt,
                         reason=f"collective failed ({str(exc)[:300]}) and no new group came within "
                                f"{_SESSION_WAIT_S:g} s"))
                 return
         self._steps_since_sync = 0
-        self.inbox.tell(self.coordinator, SyncAck(rank=self.rank, step_count=self._steps))
+        self._tell(SyncAck(rank=self.rank, step_count=self._steps))
 
     def _weighted_average(self) -> None:
         weighted_average(self.comm, list(self.model.parameters()), self._steps_since_sync)  # type: ignore[arg-type]
