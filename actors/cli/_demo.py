@@ -113,6 +113,7 @@ def run_demo(args: argparse.Namespace) -> int:
         handed_over: list[int] = []
         ended: m.ShutdownWithSave | None = None
         finished: set[int] = set()
+        joined = 0
         while True:
             got = inbox.get(timeout=60)
             if got is None:
@@ -124,6 +125,9 @@ def run_demo(args: argparse.Namespace) -> int:
                 children[args.kill_rank].kill()  # type: ignore[index]
                 killed, killed_at = args.kill_rank, time.monotonic()
                 print(f"   -- SIGKILLed rank {killed} during epoch {kill_at}")
+            elif isinstance(msg, m.JoinAccepted):
+                joined += 1
+                print(f"   rank {msg.rank} joined ({joined}/{msg.world_size})")
             elif isinstance(msg, m.ExtendPartition):
                 handed_over.append(msg.partition_size)
                 if len(handed_over) == 1:

@@ -62,7 +62,11 @@ def cmd_coordinator(args: argparse.Namespace) -> int:
                                  dataset_size=args.dataset_size, batch_size=args.batch_size,
                                  backend=args.backend, sync_every=args.sync_every, metrics_sink="main",
                                  join_timeout=args.join_timeout, staleness_timeout=args.staleness_timeout,
-                                 save_stem=args.save_stem or "", form_group=True)
+                                 save_stem=args.save_stem or "", form_group=True,
+                                 min_world_size=args.min_world_size or 1,
+                                 # Eval only when asked for: a worker without an eval function
+                                 # answered every request with a failure (30 warnings a run).
+                                 eval_every=args.eval_every, final_eval=args.eval_every > 0)
         system.spawn(coordinator, "coordinator")
         inbox.watch("coordinator")
         print(f"run {run_id}: coordinator listening on {system.endpoint}, waiting for {world} workers")
@@ -70,12 +74,18 @@ def cmd_coordinator(args: argparse.Namespace) -> int:
               + (f" ACTORWIRE_KEYS={settings().keys}" if settings().keys else ""),
               flush=True)
         signal.signal(signal.SIGTERM, lambda *_: done.set())
+        joined = 0
         while not done.is_set():
             got = inbox.get(timeout=0.5)
             if got is None:
                 continue
             msg = got.message
-            if isinstance(msg, m.EpochMetrics):
+            if isinstance(msg, m.JoinAccepted):
+                joined += 1
+                print(f"rank {msg.rank} joined ({joined}/{msg.world_size})", flush=True)
+            elif isinstance(msg, m.ShutdownWithSave):
+                print(f"the run cannot go on ({msg.reason.value}): {msg.detail}", flush=True)
+            elif isinstance(msg, m.EpochMetrics):
                 mse = msg.scalars.get("mse", math.nan)
                 print(f"epoch {msg.epoch}: loss {msg.avg_loss:.4f} mse {mse:.4f} {msg.epoch_ms:.0f} ms "
                       f"samples {msg.per_rank_samples}", flush=True)
@@ -87,8 +97,16 @@ def cmd_coordinator(args: argparse.Namespace) -> int:
     if done.is_set():
         print("run stopped by SIGTERM")
         return 1
-    print(f"run ended: saved and shut down ({saved.value})" if saved is not None else "run ended cleanly")
-    return 1 if saved is not None else 0
+    lost = {**{r.rank: "lost during the run" for r in coordinator.ranks.values() if not r.alive},
+            **coordinator.lost_at_start}
+    if lost:
+        print("ranks lost: " + "; ".join(f"rank {rank} {why}" for rank, why in sorted(lost.items())))
+    if saved is not None:
+        print(f"run ended: saved and shut down ({saved.value})")
+        return 1
+    print(f"run ended: every epoch trained by {len(coordinator.alive())} of {world} ranks" if lost
+          else "run ended cleanly")
+    return 0
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
@@ -109,4 +127,9 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-a
     p.add_argument("--join-timeout", type=float, default=120.0, help="seconds to wait for every worker")
     p.add_argument("--staleness-timeout", type=float, default=30.0, help="a silent worker is dead after this")
     p.add_argument("--save-stem", help="where ShutdownWithSave writes <stem>.meta.json")
+    p.add_argument("--eval-every", type=int, default=0, metavar="N",
+                   help="ask the fastest rank for an eval every N epochs, and a final one (default 0: never; "
+                        "the workers need an eval function)")
+    p.add_argument("--min-world-size", type=int, metavar="N",
+                   help="the fewest workers the run starts with (default 1)")
     p.set_defaults(func=cmd_coordinator)

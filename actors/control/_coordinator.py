@@ -184,8 +184,10 @@ class Coordinator(Actor):
         r = RankState(msg.rank, name, ctx.now())
         self.ranks[msg.rank] = r
         self.by_name[r.name] = msg.rank
+        accepted = JoinAccepted(rank=msg.rank, world_size=self.settings.world_size)
         if ctx.correlation_id:
-            ctx.reply(JoinAccepted(rank=msg.rank, world_size=self.settings.world_size))
+            ctx.reply(accepted)
+        self._sink(ctx, accepted)  # the user's view shows the joins as they come
         ctx.log.info("rank joined", rank=msg.rank, joined=len(self.alive()), world_size=self.settings.world_size,
                      progress=f"joined {len(self.alive())}/{self.settings.world_size}")
         self._maybe_begin(ctx)

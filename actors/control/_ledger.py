@@ -199,6 +199,9 @@ def join_refusal(c: CoordinatorConfig, msg: JoinRequest, *, started: bool, joine
         return f"rank {msg.rank} is out of range for world size {c.world_size}"
     if msg.rank in joined:
         return f"rank {msg.rank} already joined (from {joined[msg.rank].name!r})"
+    if msg.dataset_size and msg.dataset_size < c.dataset_size:
+        return (f"rank {msg.rank} has {msg.dataset_size} samples, fewer than the run's dataset_size "
+                f"{c.dataset_size}: its slices would run past its data")
     if signature and msg.model_signature != signature:
         return f"model signature {msg.model_signature!r} does not match {signature!r}"
     return None

@@ -24,6 +24,7 @@ from __future__ import annotations
 import collections
 import dataclasses
 import json
+import math
 import os
 import pathlib
 import socket
@@ -108,7 +109,11 @@ class WorkerError(ActorwireError, RuntimeError):
 
 
 class Worker:
-    """See the module doc.  ``model`` (a torch module) is what ``SyncNow`` averages."""
+    """See the module doc.  ``model`` (a torch module) is what ``SyncNow`` averages.
+
+    ``dataset_size``, the samples this rank's data holds, is checked at the join: data shorter than
+    the run's dataset is refused there, naming both sizes, instead of training empty slices.
+    """
 
     def __init__(
         self,
@@ -127,6 +132,7 @@ class Worker:
         death_dir: str | None = None,
         join_timeout: float = 60.0,
         heartbeat_interval: float = 1.0,
+        dataset_size: int | None = None,
     ) -> None:
         from actorwire.actors.runtime._launch import attach
 
@@ -177,7 +183,8 @@ class Worker:
         signature = model_signature if model_signature is not None else _model_signature(model)
         reply = self.inbox.ask(coordinator, JoinRequest(rank=self.rank, world_size=self.world_size,
                                                         run_id=self.system.run_id, model_signature=signature,
-                                                        host=socket.gethostname(), pid=os.getpid()),
+                                                        host=socket.gethostname(), pid=os.getpid(),
+                                                        dataset_size=dataset_size or 0),
                                timeout=join_timeout)
         if isinstance(reply, JoinRejected):
             raise WorkerError(f"the coordinator refused rank {self.rank}: {reply.reason}")
@@ -246,6 +253,9 @@ class Worker:
     def report_timing(self, batch_ms: float, batch_loss: float, *, data_ms: float = 0.0, lr: float | None = None,
                       param_norm: float | None = None) -> None:
         """One batch done: ``Batch`` (then ``LrUpdate``), then serve any control that arrived."""
+        if not math.isfinite(batch_loss):  # never an epoch row: the run's weights are broken from here
+            raise WorkerError(f"rank {self.rank}: the loss of batch {self._epoch_batches + 1} of epoch "
+                              f"{self._current.epoch if self._current else '?'} is {batch_loss}")
         self._steps += 1
         self._steps_since_sync += 1
         self._epoch_batches += 1

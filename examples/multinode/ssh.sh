@@ -2,17 +2,18 @@
 # Plain ssh: a coordinator here, one worker per listed host, no launcher at all.
 #   ./ssh.sh host1 host2 host3
 set -euo pipefail
+export TRAIN_SAMPLES=${TRAIN_SAMPLES:-8192}  # the coordinator's dataset and every worker's data
 [ $# -ge 1 ] || { echo "usage: $0 HOST..." >&2; exit 2; }
 HERE=$(hostname -I | awk '{print $1}')
 PORT=${ACTORWIRE_PORT:-29555}
 RUN_ID=run-$$-$(date +%s)
 KEYS=${ACTORWIRE_KEYS:-$PWD/keys}            # same directory on every host (copy it first)
 ACTORWIRE_KEYS=$KEYS actorwire coordinator --bind "tcp://$HERE:$PORT" --run-id "$RUN_ID" \
-  --world-size $# --dataset-size 8192 --epochs 2 &
+  --world-size $# --dataset-size "$TRAIN_SAMPLES" --epochs 2 &
 rank=0
 for host in "$@"; do
   ssh "$host" "ACTORWIRE_KEYS=$KEYS ACTORWIRE_JOIN=tcp://$HERE:$PORT ACTORWIRE_RUN_ID=$RUN_ID \
-    ACTORWIRE_RANK=$rank ACTORWIRE_WORLD_SIZE=$# python $PWD/examples/multinode/train.py" &
+    ACTORWIRE_RANK=$rank ACTORWIRE_WORLD_SIZE=$# TRAIN_SAMPLES=$TRAIN_SAMPLES python $PWD/examples/multinode/train.py" &
   rank=$((rank + 1))
 done
 wait

@@ -28,7 +28,7 @@ def main() -> int:
     y = x @ torch.randn(16, 1, generator=g)
     model = torch.nn.Linear(16, 1)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.05)
-    with Worker(model=model, communicator=GlooCommunicator(timeout_s=10)) as worker:
+    with Worker(model=model, communicator=GlooCommunicator(timeout_s=10), dataset_size=n) as worker:
         print(f"rank {worker.rank} of {worker.world_size} joined", flush=True)
         while (plan := worker.next_plan()) is not None:
             for idx in worker.batches(plan, 32):

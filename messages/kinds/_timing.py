@@ -129,6 +129,8 @@ class JoinRequest(Message, frozen=True, tag="join_request"):
     model_signature: str = ""
     host: str = ""
     pid: Count = 0
+    #: The samples this rank's data holds (0: not said); fewer than the run's dataset is refused.
+    dataset_size: Count = 0
 
 
 TimingMsg = Union[

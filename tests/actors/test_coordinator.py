@@ -62,6 +62,8 @@ def metrics(h: ActorHarness, rank: int, epoch: int, batches: int = 30, loss: flo
          "world size 4 does not match the run's 3"),
         (m.JoinRequest(rank=5, world_size=3, run_id=RUN, model_signature="sig"),
          "rank 5 is out of range for world size 3"),
+        (m.JoinRequest(rank=1, world_size=3, run_id=RUN, model_signature="sig", dataset_size=60),
+         "rank 1 has 60 samples, fewer than the run's dataset_size 90: its slices would run past its data"),
     ],
 )
 def test_join_mismatch_is_refused_with_a_reason(request_: m.JoinRequest, reason: str) -> None:

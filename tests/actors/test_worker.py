@@ -6,7 +6,7 @@ import pytest
 
 from actorwire.actors import ActorSystem
 from actorwire.actors.control._coordinator import Coordinator
-from actorwire.actors.control._worker import Worker
+from actorwire.actors.control._worker import Worker, WorkerError
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -39,3 +39,20 @@ def test_the_users_loop_trains_every_epoch_and_leaves_cleanly(system: ActorSyste
         epochs.append(plan.epoch)
     worker.finish()
     assert epochs == [0, 1] and not worker.drain_pending_shutdown()
+
+
+@pytest.mark.parametrize("loss", [float("nan"), float("inf")])
+def test_a_loss_that_is_not_finite_is_an_error_naming_rank_epoch_and_batch(system: ActorSystem, loss: float) -> None:
+    """A worker training an empty or broken slice used to report `loss nan` as an epoch row."""
+    worker = _worker(system)
+    plan = worker.next_plan(timeout=10)
+    assert plan is not None
+    worker.report_timing(batch_ms=1.0, batch_loss=0.5)
+    with pytest.raises(WorkerError, match=f"^rank 0: the loss of batch 2 of epoch 0 is {loss}$"):
+        worker.report_timing(batch_ms=1.0, batch_loss=loss)
+
+
+def test_data_shorter_than_the_runs_dataset_is_refused_at_the_join(system: ActorSystem) -> None:
+    system.spawn(Coordinator(world_size=1, run_id=system.run_id, num_epochs=1, dataset_size=65536), "coordinator")
+    with pytest.raises(WorkerError, match="rank 0 has 2048 samples, fewer than the run's dataset_size 65536"):
+        Worker(system=system, rank=0, world_size=1, model_signature="s", join_timeout=10, dataset_size=2048)
