@@ -28,8 +28,9 @@ from actorwire.actors.control._ledger import (
     aggregate,
     by_speed,
     join_refusal,
+    remaining_slices,
     shares,
-    split_range,
+    split_slices,
 )
 from actorwire.actors.runtime._actor import Actor, handler
 from actorwire.actors.runtime._context import Context
@@ -74,6 +75,9 @@ from actorwire.messages import (
     TimerFired,
 )
 from actorwire.transport import ActorDead, UnknownActor
+
+
+_RENDEZVOUS_ROUNDS = 3  # times every survivor is asked for a group id before the run gives up
 
 
 class Coordinator(Actor):
@@ -312,15 +316,22 @@ class Coordinator(Actor):
             return
         # The remainder is computed before the ledger changes: once the rank is
         # out of the ledger its progress is gone and its slice would be lost.
-        offset, size = r.plan
-        done = min(size + r.extended, r.epoch_steps * self.settings.batch_size)
-        remainder = max(0, size + r.extended - done)
+        # What it had not trained of its plan and of the slices handed to it, in its own order (it
+        # was one range from offset + done: after a death among ranks that held handed-over slices,
+        # parts of other ranks' slices were trained twice and parts of its own never).
+        left = remaining_slices(r.slices, r.epoch_steps, self.settings.batch_size)
+        remainder = sum(n for _, n in left)
         r.alive = False
         self.failures += 1
         self.sync_acked.discard(r.rank)
         ctx.log.error("rank lost", rank=r.rank, phase=self.phase, epoch=self.epoch, reason=why, remainder=remainder)
+        held_eval = r.rank == self.eval_role
         if r.rank in (self.eval_role, self.checkpoint_role, self.epoch_role):
             self._elect_roles(ctx, force=True)
+        if held_eval and self.final_eval_pending and self.alive():
+            # Its final eval died with it: the run would wait for that answer forever (found by
+            # the simulator, seed 403). The new eval rank runs it.
+            self._send_eval(ctx, self.settings.num_epochs, final=True)
         if self.settings.backend == "nccl":
             self._tell_all(ctx, DeclareDead(rank=r.rank))
         reason = self._unrecoverable()
@@ -330,17 +341,19 @@ class Coordinator(Actor):
             return
         survivors = self.alive()
         if remainder and self.phase == "running" and self.epoch >= 0:
-            for s, (start, n) in zip(survivors, split_range(offset + done, remainder, len(survivors))):
-                if n:
+            for s, pieces in zip(survivors, split_slices(left, len(survivors))):
+                for start, n in pieces:
                     extension = ExtendPartition(partition_offset=start, partition_size=n, epoch=self.epoch)
                     ctx.tell(s.name, extension)
                     self._sink(ctx, extension)  # the user's view shows where a lost rank's samples went
+                    s.slices.append((start, n))
                     s.extended += n
                     s.ext_sent += 1
         if len(survivors) >= 2 or self.settings.backend == "gloo":
             self._start_rendezvous(ctx)
         self._maybe_sync(ctx)
         self._maybe_aggregate(ctx)
+        self._maybe_finish(ctx)
 
     def _unrecoverable(self) -> SaveReason | None:
         alive = len(self.alive())
@@ -354,20 +367,38 @@ class Coordinator(Actor):
 
     # -- re-rendezvous: survivors re-form the process group -------------------
 
-    def _start_rendezvous(self, ctx: Context, fresh: bool = False) -> None:
+    def _start_rendezvous(self, ctx: Context, fresh: bool = False, move_on: bool = False) -> None:
+        """Ask the fastest untried survivor for a new group id.  ``fresh``: forget who was tried;
+        ``move_on``: the current generator is silent, go to the next one."""
         survivors = self.alive()
         if not survivors:
             return
+        if self.rendezvous and not fresh and not move_on:
+            generator = self.ranks.get(self.rendezvous["generator"])
+            if generator is not None and generator.alive:
+                # One attempt at a time: its generator is alive, and the session it leads to is
+                # made for the survivors of that moment. A second death used to move on to the next
+                # candidate, and with none left a gloo run saved as single_survivor (simulator,
+                # seed 1577).
+                return
         tried = set(self.rendezvous["tried"]) if self.rendezvous and not fresh else set()
+        rounds = self.rendezvous.get("round", 0) if self.rendezvous and not fresh else 0
         candidates = [r for r in by_speed(survivors) if r.rank not in tried]
+        if not candidates and rounds + 1 < _RENDEZVOUS_ROUNDS:
+            # Every survivor was asked and none answered in time: under load (or while a rank
+            # still sits in the last formation's timeout) it may yet. Ask them all again, waiting
+            # twice as long (simulator, seed 1064: the only survivor was blocked in a formation
+            # that waited for a stopped peer, and the run ended).
+            rounds, tried = rounds + 1, set()
+            candidates = by_speed(survivors)
         if not candidates:
             self._save_and_shutdown(ctx, self._unrecoverable() or SaveReason.SINGLE_SURVIVOR,
-                                    f"no rank could form a new process group (tried {sorted(tried)}; "
-                                    f"phase {self.phase}, epoch {self.epoch})")
+                                    f"no rank could form a new process group ({_RENDEZVOUS_ROUNDS} rounds, each "
+                                    f"rank asked; phase {self.phase}, epoch {self.epoch})")
             return
         generator = candidates[0]
         self.rendezvous = {"generator": generator.rank, "since": ctx.now(), "tried": sorted(tried | {generator.rank}),
-                           "attempt": len(tried)}
+                           "attempt": len(tried), "round": rounds}
         ctx.tell(generator.name, RequestNewNcclId(attempt=len(tried)))
 
     def _check_rendezvous_timeout(self, ctx: Context, now: float) -> None:
@@ -375,9 +406,10 @@ class Coordinator(Actor):
         if rv is None:
             return
         generator = self.ranks.get(rv["generator"])
-        if generator is None or not generator.alive or now - rv["since"] > self.settings.rendezvous_timeout:
+        waited = self.settings.rendezvous_timeout * 2 ** rv.get("round", 0)
+        if generator is None or not generator.alive or now - rv["since"] > waited:
             ctx.log.warning("re-rendezvous generator gone or silent; trying the next", rank=rv["generator"])
-            self._start_rendezvous(ctx)
+            self._start_rendezvous(ctx, move_on=True)
 
     @handler
     def on_session_failed(self, msg: SessionFailed, ctx: Context) -> None:
@@ -446,6 +478,7 @@ class Coordinator(Actor):
         offset = 0
         for r, size in zip(alive, shares(self.settings.dataset_size, alive)):
             r.plan = (offset, size)
+            r.slices = [(offset, size)]
             r.extended = 0
             r.ext_sent = r.ext_done = 0
             r.epoch_steps = 0

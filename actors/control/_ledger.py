@@ -96,6 +96,8 @@ class RankState:
         self.ms_per_batch: float | None = None
         self.lr: float | None = None
         self.plan = (0, 0)  # (offset, size) of the current epoch
+        #: The plan, then every slice handed to it this epoch, in the order the rank trains them.
+        self.slices: list[tuple[int, int]] = []
         self.extended = 0  # samples added by ExtendPartition this epoch
         self.ext_sent = 0  # ExtendPartition slices sent this epoch...
         self.ext_done = 0  # ...and reported done
@@ -184,6 +186,39 @@ def split_range(start: int, size: int, parts: int) -> list[tuple[int, int]]:
         pieces.append((start, n))
         start += n
     return pieces
+
+
+def remaining_slices(slices: list[tuple[int, int]], batches: int, batch_size: int) -> list[tuple[int, int]]:
+    """What a rank has not trained of ``slices`` after ``batches`` batches, as the Worker trains them:
+    each slice in order, in batches of ``batch_size`` (the last batch of a slice may be short)."""
+    left: list[tuple[int, int]] = []
+    for start, size in slices:
+        needed = -(-size // batch_size)  # batches this slice takes
+        if batches >= needed:
+            batches -= needed
+            continue
+        done = batches * batch_size
+        batches = 0
+        left.append((start + done, size - done))
+    return [(start, size) for start, size in left if size > 0]
+
+
+def split_slices(slices: list[tuple[int, int]], parts: int) -> list[list[tuple[int, int]]]:
+    """``slices`` dealt to ``parts`` takers as evenly as the sample count allows, each taking a run of
+    consecutive samples in order (a run may span two slices, so a taker may get several pieces)."""
+    total = sum(size for _, size in slices)
+    shares = [n for _, n in split_range(0, total, parts)]
+    out: list[list[tuple[int, int]]] = [[] for _ in range(parts)]
+    taker, room = 0, shares[0] if shares else 0
+    for start, size in slices:
+        while size > 0:
+            while room == 0:
+                taker += 1
+                room = shares[taker]
+            n = min(size, room)
+            out[taker].append((start, n))
+            start, size, room = start + n, size - n, room - n
+    return out
 
 
 def join_refusal(c: CoordinatorConfig, msg: JoinRequest, *, started: bool, joined: dict[int, RankState],

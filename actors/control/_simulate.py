@@ -1,0 +1,590 @@
+"""A deterministic simulator of the control plane: the coordinator and N ranks in one process.
+
+The real :class:`~actorwire.actors.control._coordinator.Coordinator` runs under
+the test kit's virtual clock; each rank is a small model of the worker side
+(join, heartbeats, batches over its plan and the slices handed to it, the
+all-reduce, group formation, eval, checkpoint, leaving), and the network
+between them delivers every message after a seeded delay, in order per link.
+A seeded schedule of faults hits the ranks at any moment (kill, pause,
+slowness, a delayed link), and the runtime's part is modelled too: a killed
+process is reported to the coordinator (``Down``, and ``RankExited`` from its
+launcher), a silent one after the runtime's staleness timeout.
+
+After every step the invariants are checked:
+
+* the run ends, by ``Shutdown`` or ``ShutdownWithSave`` with a reason, within a
+  deadline computed from the configuration (no stall);
+* every sample of every aggregated epoch was trained, and no two ranks the
+  coordinator still counts trained the same sample in one epoch;
+* no dead rank is believed alive past the staleness timeout (plus the
+  coordinator's tick);
+* a rank that left cleanly (``Exiting``) is never counted as a failure;
+* no coordinator handler raises.
+
+``actorwire simulate --seeds N`` runs seeds 0..N-1; a failing seed prints the
+one command that replays it (``actorwire simulate --seed S``), which is exact:
+the same seed gives the same run, message for message.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import heapq
+import itertools
+import random
+from collections.abc import Callable
+from typing import Any
+
+from actorwire import messages as m
+from actorwire.actors.control._coordinator import Coordinator
+from actorwire.actors.runtime._testkit import ActorHarness
+
+COORD = "coordinator"
+SINK = "main"
+RUNTIME_STALENESS = 3.0  # the runtime declares a silent process dead after this
+EXIT_DETECTION = (0.001, 0.05)  # how long the launcher takes to see a process exit
+FORMATION_TIMEOUT = 8.0  # a rank waits this long for a group to form (gloo's timeout)
+SESSION_WAIT = 60.0  # after a failed all-reduce, a rank waits this long for a new group
+
+FAULTS = ("kill", "kill_before_join", "pause_short", "pause_long", "slow", "delay", "kill_two")
+
+
+class InvariantBroken(AssertionError):
+    """A rule of the control plane did not hold; the text says which and when."""
+
+
+@dataclasses.dataclass
+class Fault:
+    kind: str
+    at: float
+    rank: int
+    other: int = -1
+    duration: float = 0.0
+
+    def __str__(self) -> str:
+        extra = f" and {self.other}" if self.other >= 0 else ""
+        lasting = f" for {self.duration:.2f} s" if self.duration else ""
+        return f"{self.kind} rank {self.rank}{extra} at {self.at:.2f} s{lasting}"
+
+
+@dataclasses.dataclass
+class Outcome:
+    seed: int
+    ended_by: str  # "shutdown", or the save reason
+    detail: str
+    at: float
+    epochs: int
+    faults: list[Fault]
+    messages: int
+
+    def line(self) -> str:
+        faults = "; ".join(map(str, self.faults)) or "no fault"
+        return (f"seed {self.seed}: {self.ended_by} at {self.at:.1f} s after {self.epochs} epoch(s), "
+                f"{self.messages} messages ({faults})")
+
+
+class _Group:
+    """One process group being formed or formed: the ranks that joined it, by session position."""
+
+    def __init__(self, uid: bytes, world: int) -> None:
+        self.uid = uid
+        self.world = world
+        self.members: dict[int, SimRank] = {}
+        self.formed = False
+        self.broken = False
+        self.reduce: dict[int, set[int]] = {}  # cycle -> positions that entered it
+
+
+class SimRank:
+    """The worker side of the protocol, as the real Worker plays it, on the simulator's clock."""
+
+    def __init__(self, sim: Simulation, rank: int, batch_s: float) -> None:
+        self.sim = sim
+        self.rank = rank
+        self.name = f"worker/{rank}"
+        self.batch_s = batch_s
+        self.state = "starting"  # starting, joining, joined, exited, dead
+        self.paused_until = 0.0
+        self.declared_down = False
+        self.plans: list[tuple[int, int, int, bool]] = []  # (epoch, offset, size, is_extension)
+        self.current: list[Any] | None = None  # [epoch, slices, next slice, next sample, batches, ext]
+        self.steps = 0
+        self.group: _Group | None = None
+        self.position = -1
+        self.syncing: int | None = None  # the cycle of the all-reduce it is in
+        self.sync_wait_until: float | None = None
+        self.forming: tuple[_Group, float, int] | None = None  # group, deadline, attempt
+        self.attempt = 0
+        self.busy = False  # a batch is scheduled
+        # Forming a group and an all-reduce block the real worker's thread (gloo's init and
+        # all_reduce are calls that return when every member is there, or fail after the gloo
+        # timeout): what arrives meanwhile waits in its inbox.
+        self.blocked = False
+        self.backlog: list[m.Message] = []
+        self.trained: dict[int, set[int]] = {}  # epoch -> samples
+
+    # -- plumbing -------------------------------------------------------------------
+
+    @property
+    def alive(self) -> bool:
+        return self.state not in ("dead", "exited")
+
+    def send(self, message: m.Message, *, corr: int = 0, sender: str | None = None) -> None:
+        if self.alive and self.sim.now >= self.paused_until:
+            self.sim.to_coordinator(self, message, sender=sender or self.name, corr=corr)
+
+    def later(self, delay: float, action: Callable[[], None]) -> None:
+        def run() -> None:
+            if not self.alive:
+                return
+            if self.sim.now < self.paused_until:  # stopped: it runs once the process is continued
+                self.sim.at(self.paused_until, run)
+                return
+            action()
+        self.sim.after(delay, run)
+
+    # -- life -----------------------------------------------------------------------
+
+    def start(self) -> None:
+        if not self.alive:
+            return
+        if self.sim.now < self.paused_until:  # stopped before it could say anything
+            self.sim.at(self.paused_until, self.start)
+            return
+        self.state = "joining"
+        self.send(m.JoinRequest(rank=self.rank, world_size=self.sim.world, run_id=self.sim.run_id,
+                                model_signature="sim", dataset_size=self.sim.dataset), corr=1000 + self.rank)
+
+    def beat(self) -> None:
+        if self.state == "joined":
+            self.send(m.Heartbeat(rank=self.rank, step_count=self.steps), sender=f"{self.name}/heartbeat")
+            self.later(1.0, self.beat)
+
+    def receive(self, message: m.Message) -> None:
+        if not self.alive:
+            return
+        if self.sim.now < self.paused_until:
+            self.sim.at(self.paused_until, lambda: self.receive(message))
+            return
+        if self.blocked:
+            self.backlog.append(message)
+            return
+        if self.declared_down:
+            # The runtime expelled this process while it was stopped: its coordinator is gone from
+            # its view, and the Worker ends the user's loop (shutting_down).
+            self.state = "exited"
+            return
+        if isinstance(message, m.JoinAccepted):
+            self.state = "joined"
+            self.later(1.0, self.beat)
+        elif isinstance(message, m.JoinRejected):
+            self.sim.process_exit(self, 1)
+        elif isinstance(message, m.StartEpoch):
+            self.plans.append((message.epoch, message.partition_offset, message.partition_size, False))
+            self.next_batch()
+        elif isinstance(message, m.ExtendPartition):
+            if self.current is not None and self.current[0] == message.epoch:
+                self.current[1].append((message.partition_offset, message.partition_size))
+            else:
+                self.plans.insert(0, (message.epoch, message.partition_offset, message.partition_size, True))
+            self.next_batch()
+        elif isinstance(message, m.SyncNow):
+            self.enter_reduce(message.cycle)
+        elif isinstance(message, m.RequestNewNcclId):
+            self.later(0.01, lambda: self.send(m.NewNcclIdGenerated(
+                rank=self.rank, uid=f"g{next(self.sim.uids)}".encode(), attempt=message.attempt)))
+        elif isinstance(message, m.NewNcclSession):
+            self.join_group(message)
+        elif isinstance(message, m.DeclareDead):
+            self.leave_group()
+        elif isinstance(message, m.ExecuteEval):
+            self.later(0.02, lambda: self.send(m.EvalResult(rank=self.rank, schedule_id=message.schedule_id,
+                                                            epoch=message.epoch, metric=0.1, elapsed_ms=20.0)))
+        elif isinstance(message, m.Checkpoint):
+            self.later(0.02, lambda: self.send(m.CheckpointResult(rank=self.rank, version=message.version,
+                                                                  elapsed_ms=20.0, path="sim.pt")))
+        elif isinstance(message, (m.Shutdown, m.ShutdownWithSave)):
+            self.send(m.Exiting(rank=self.rank))
+            self.sim.process_exit(self, 0)
+
+    def block(self) -> None:
+        self.blocked = True
+
+    def unblock(self) -> None:
+        self.blocked = False
+        backlog, self.backlog = self.backlog, []
+        for message in backlog:
+            self.receive(message)
+        self.next_batch()
+
+    # -- training ---------------------------------------------------------------------
+
+    def next_batch(self) -> None:
+        if self.busy or self.blocked or self.syncing is not None or self.state != "joined":
+            return
+        if self.current is None:
+            if not self.plans:
+                return
+            epoch, offset, size, is_ext = self.plans.pop(0)
+            self.current = [epoch, [(offset, size)], 0, offset, 0, is_ext]
+        epoch, slices, index, sample, batches, is_ext = self.current
+        while index < len(slices) and sample >= slices[index][0] + slices[index][1]:
+            index += 1
+            if index < len(slices):
+                sample = slices[index][0]
+        self.current[2], self.current[3] = index, sample
+        if index >= len(slices):  # the plan and the slices handed over so far: report the epoch
+            total = sum(size for _, size in slices)
+            self.send(m.MetricsMsg(rank=self.rank, epoch=epoch, avg_loss=0.5, batches_processed=batches,
+                                   epoch_ms=1.0, samples_processed=total, share_complete_ms=1.0,
+                                   extensions=len(slices) - 1 + (1 if is_ext else 0)))
+            self.current = None
+            self.next_batch()
+            return
+        start, size = slices[index]
+        end = min(sample + self.sim.batch, start + size)
+        self.busy = True
+
+        def done() -> None:
+            self.busy = False
+            if self.current is None or self.current[0] != epoch:
+                return
+            self.trained.setdefault(epoch, set()).update(range(sample, end))
+            self.current[3] = end
+            self.current[4] += 1
+            self.steps += 1
+            self.send(m.Batch(rank=self.rank, batch_ms=self.batch_s * 1000, step_count=self.steps,
+                              batch_loss=0.5))
+            self.next_batch()
+
+        self.later(self.batch_s * self.sim.slowness(self), done)
+
+    # -- the all-reduce and group formation -----------------------------------------
+
+    def enter_reduce(self, cycle: int) -> None:
+        group = self.group
+        if group is None or not group.formed or group.broken:
+            self.fail_reduce(cycle)
+            return
+        self.syncing = cycle
+        self.block()
+        entered = group.reduce.setdefault(cycle, set())
+        entered.add(self.position)
+        if len(entered) == group.world:
+            for member in list(group.members.values()):
+                if member.syncing == cycle:
+                    member.syncing = None
+                    member.later(0.005, member.finish_reduce)
+            return
+
+        def timeout() -> None:  # a member never came (stopped, or it left the group): gloo gives up
+            if self.syncing == cycle and self.group is group:
+                group.broken = True
+                self.fail_reduce(cycle)
+
+        self.later(FORMATION_TIMEOUT, timeout)
+
+    def finish_reduce(self) -> None:
+        self.send(m.SyncAck(rank=self.rank, step_count=self.steps))
+        self.unblock()
+
+    def fail_reduce(self, cycle: int) -> None:
+        """The reduce cannot complete (a member is gone): abandon it and wait for a new group."""
+        self.syncing = None
+        if self.blocked:
+            self.later(0.0, self.unblock)  # the collective's error returns the thread to the loop
+        self.sync_wait_until = self.sim.now + SESSION_WAIT
+        attempt = self.attempt
+
+        def give_up() -> None:
+            if self.sync_wait_until is not None and self.attempt == attempt:
+                self.sync_wait_until = None
+                self.send(m.SessionFailed(rank=self.rank, attempt=self.attempt, reason="no new group"))
+                self.next_batch()
+
+        self.later(SESSION_WAIT, give_up)
+
+    def leave_group(self) -> None:
+        group = self.group
+        if group is not None:
+            group.broken = True
+            for member in group.members.values():
+                if member.syncing is not None:
+                    member.fail_reduce(member.syncing)
+        self.group = None
+
+    def join_group(self, session: m.NewNcclSession) -> None:
+        self.attempt = max(self.attempt, session.attempt)
+        self.leave_group()
+        group = self.sim.groups.setdefault(session.uid, _Group(session.uid, session.new_world_size))
+        group.members[session.new_rank] = self
+        self.forming = (group, self.sim.now + FORMATION_TIMEOUT, session.attempt)
+        self.block()
+        if len(group.members) == group.world and all(r.alive for r in group.members.values()):
+            group.formed = True
+            for member in group.members.values():
+                member.formed(group)
+            return
+
+        def timeout() -> None:
+            if self.forming is not None and self.forming[0] is group and not group.formed:
+                self.forming = None
+                self.send(m.SessionFailed(rank=self.rank, attempt=session.attempt, reason="formation timed out"))
+                self.unblock()
+
+        self.later(FORMATION_TIMEOUT, timeout)
+
+    def formed(self, group: _Group) -> None:
+        self.forming = None
+        self.group = group
+        self.position = next(p for p, r in group.members.items() if r is self)
+        self.sync_wait_until = None
+        self.later(0.0, self.unblock)
+
+
+class Simulation:
+    """One seeded run of the coordinator and ``ranks`` simulated ranks."""
+
+    def __init__(self, seed: int, *, ranks: int | None = None, faults: list[Fault] | None = None) -> None:
+        self.seed = seed
+        rng = self.rng = random.Random(seed)
+        self.world = ranks or rng.randint(1, 6)
+        self.batch = rng.choice([1, 2, 4, 8])
+        self.dataset = self.world * self.batch * rng.randint(2, 24) + rng.randint(0, self.batch * 3)
+        self.epochs = rng.randint(1, 3)
+        self.run_id = f"sim-{seed}"
+        self.staleness = 3.0
+        self.tick = 0.5
+        config = dict(world_size=self.world, run_id=self.run_id, num_epochs=self.epochs, dataset_size=self.dataset,
+                      batch_size=self.batch, sync_every=rng.randint(1, 6), staleness_timeout=self.staleness,
+                      tick_interval=self.tick, join_timeout=20.0, rendezvous_timeout=5.0,
+                      reduce_stall_timeout=30.0, exit_grace=10.0, form_group=True, metrics_sink=SINK,
+                      eval_every=rng.choice([0, 1]), checkpoint_every=rng.choice([0, 1]),
+                      sync_policy=rng.choice(["fixed", "adaptive"]))
+        self.coordinator = Coordinator(**config)
+        self.harness = ActorHarness(self.coordinator, name=COORD, peers=[SINK])
+        self.now = 0.0
+        self._events: list[tuple[float, int, Callable[[], None]]] = []
+        self._order = itertools.count()
+        self._links: dict[tuple[str, str], float] = {}
+        self.uids = itertools.count(1)
+        self.groups: dict[bytes, _Group] = {}
+        self.ranks = [SimRank(self, r, rng.uniform(0.002, 0.02)) for r in range(self.world)]
+        self.faults = faults if faults is not None else self._schedule()
+        self.died_at: dict[int, float] = {}
+        self.exited_cleanly: set[int] = set()
+        self.delayed_until = 0.0
+        self.slow: dict[int, float] = {}
+        self.ended: m.Message | None = None
+        self.ended_at = 0.0
+        self.sunk: list[m.Message] = []
+        self.messages = 0
+        # Generous: the slowest rank's share of every epoch, every timeout that may fire, slack.
+        self.deadline = 60.0 + self.epochs * (self.dataset / self.batch) * 0.02 * 4 + 4 * SESSION_WAIT
+
+    # -- the fault schedule ---------------------------------------------------------
+
+    def _schedule(self) -> list[Fault]:
+        rng = self.rng
+        faults = []
+        for _ in range(rng.choice([0, 1, 1, 1, 2])):
+            kind = rng.choice(FAULTS)
+            rank = rng.randrange(self.world)
+            at = rng.uniform(0.0, 3.0) if kind == "kill_before_join" else rng.uniform(0.0, 6.0)
+            fault = Fault(kind, at, rank)
+            if kind == "kill_two" and self.world > 1:
+                fault.other = rng.choice([r for r in range(self.world) if r != rank])
+            if kind in ("pause_short", "pause_long", "slow", "delay"):
+                fault.duration = (rng.uniform(0.1, self.staleness * 0.6) if kind == "pause_short"
+                                  else rng.uniform(RUNTIME_STALENESS + 0.5, 8.0) if kind == "pause_long"
+                                  else rng.uniform(1.0, 5.0))
+            faults.append(fault)
+        return faults
+
+    def _inject(self, fault: Fault) -> None:
+        rank = self.ranks[fault.rank]
+        if fault.kind in ("kill", "kill_before_join", "kill_two"):
+            self.kill(rank)
+            if fault.other >= 0:
+                self.kill(self.ranks[fault.other])
+        elif fault.kind in ("pause_short", "pause_long"):
+            if not rank.alive:
+                return
+            rank.paused_until = self.now + fault.duration
+            if fault.duration > RUNTIME_STALENESS and rank.state != "starting":
+                # The runtime hears nothing from the process: its actors are declared unreachable.
+                self.after(RUNTIME_STALENESS, lambda: self._unreachable(rank))
+        elif fault.kind == "slow":
+            self.slow[fault.rank] = 5.0
+            self.after(fault.duration, functools.partial(self._unslow, fault.rank))
+        elif fault.kind == "delay":
+            self.delayed_until = self.now + fault.duration
+
+    def _unslow(self, rank: int) -> None:
+        self.slow.pop(rank, None)
+
+    def slowness(self, rank: SimRank) -> float:
+        return self.slow.get(rank.rank, 1.0)
+
+    # -- the runtime -------------------------------------------------------------------
+
+    def kill(self, rank: SimRank) -> None:
+        if not rank.alive:
+            return
+        joined = rank.state == "joined"
+        rank.state = "dead"
+        self.died_at[rank.rank] = self.now
+        rank.leave_group()
+        self.after(self.rng.uniform(*EXIT_DETECTION), lambda: self._exited(rank, -9, joined))
+
+    def process_exit(self, rank: SimRank, code: int) -> None:
+        if not rank.alive:
+            return
+        rank.state = "exited" if code == 0 else "dead"
+        if code == 0:
+            self.exited_cleanly.add(rank.rank)
+        else:
+            self.died_at[rank.rank] = self.now
+        rank.leave_group()
+        self.after(self.rng.uniform(*EXIT_DETECTION), lambda: self._exited(rank, code, True))
+
+    def _exited(self, rank: SimRank, code: int, registered: bool) -> None:
+        if registered and not rank.declared_down:
+            rank.declared_down = True
+            reason = m.DownReason.EXITED if code == 0 else m.DownReason.DEAD
+            self._coordinator(lambda: self.harness.down(rank.name, reason, f"status {code}"))
+        how = f"killed by signal {-code}" if code < 0 else f"exited with status {code}"
+        self._coordinator(lambda: self.harness.deliver(m.RankExited(rank=rank.rank, returncode=code, detail=how),
+                                                       sender="~launcher/1"))
+
+    def _unreachable(self, rank: SimRank) -> None:
+        if rank.alive and self.now < rank.paused_until and not rank.declared_down:
+            rank.declared_down = True
+            self.died_at.setdefault(rank.rank, self.now - RUNTIME_STALENESS)
+            self._coordinator(lambda: self.harness.down(rank.name, m.DownReason.UNREACHABLE, "no heartbeat"))
+
+    # -- events and the network ------------------------------------------------------
+
+    def at(self, when: float, action: Callable[[], None]) -> None:
+        heapq.heappush(self._events, (when, next(self._order), action))
+
+    def after(self, delay: float, action: Callable[[], None]) -> None:
+        self.at(self.now + delay, action)
+
+    def _delay(self, link: tuple[str, str]) -> float:
+        delay = self.rng.uniform(0.0002, 0.005) + (0.5 if self.now < self.delayed_until else 0.0)
+        when = max(self.now + delay, self._links.get(link, 0.0))  # in order per link
+        self._links[link] = when
+        return when
+
+    def to_coordinator(self, rank: SimRank, message: m.Message, *, sender: str, corr: int) -> None:
+        self.messages += 1
+        self.at(self._delay((rank.name, COORD)), lambda: self._coordinator(
+            lambda: self.harness.deliver(message, sender=sender, correlation_id=corr)))
+
+    def _coordinator(self, step: Callable[[], list[Any]]) -> None:
+        if self.harness.ctx.stopped:
+            return
+        self.harness.ctx.known.update(r.name for r in self.ranks if not r.declared_down)
+        self.harness.ctx.known.update(f"{r.name}/heartbeat" for r in self.ranks)
+        for sent in step():
+            self._route(sent)
+
+    def _route(self, sent: Any) -> None:
+        message = sent.message
+        if sent.target == SINK:
+            self.sunk.append(message)
+            if isinstance(message, m.ShutdownWithSave) and self.ended is None:
+                self.ended, self.ended_at = message, self.now
+            return
+        if isinstance(message, m.Shutdown) and self.ended is None:
+            self.ended, self.ended_at = message, self.now
+        rank = next((r for r in self.ranks if r.name == sent.target), None)
+        if rank is None:
+            return
+        self.messages += 1
+        self.at(self._delay((COORD, rank.name)), lambda: rank.receive(message))
+
+    # -- running ----------------------------------------------------------------------
+
+    def _advance_to(self, when: float) -> list[Any]:
+        return self.harness.advance(max(0.0, when - self.harness.ctx.clock))
+
+    def run(self) -> Outcome:
+        for fault in self.faults:
+            self.at(fault.at, functools.partial(self._inject, fault))
+        for rank in self.ranks:
+            self.at(self.rng.uniform(0.05, 2.0), rank.start)
+        self._coordinator(self.harness.start)
+        while not self.harness.ctx.stopped:
+            timers = [due for due, _, _ in self.harness.ctx.timers.values()]
+            next_event = self._events[0][0] if self._events else float("inf")
+            due = min(timers, default=float("inf"))
+            if due <= next_event:
+                if due == float("inf"):
+                    break
+                self.now = due
+                self._coordinator(functools.partial(self._advance_to, due))
+            else:
+                when, _, action = heapq.heappop(self._events)
+                self.now = when
+                if self.harness.ctx.clock < when:
+                    self._coordinator(functools.partial(self._advance_to, when))
+                action()
+            self._check()
+        self._check_end()
+        reason = "shutdown" if isinstance(self.ended, m.Shutdown) else (
+            self.ended.reason.value if isinstance(self.ended, m.ShutdownWithSave) else "none")
+        detail = self.ended.detail if isinstance(self.ended, m.ShutdownWithSave) else ""
+        return Outcome(self.seed, reason, detail, self.ended_at or self.now, len(self.coordinator.history),
+                       self.faults, self.messages)
+
+    # -- invariants --------------------------------------------------------------------
+
+    def _fail(self, rule: str) -> None:
+        raise InvariantBroken(f"seed {self.seed} at {self.now:.3f} s: {rule} "
+                              f"(faults: {'; '.join(map(str, self.faults)) or 'none'})")
+
+    def _check(self) -> None:
+        c = self.coordinator
+        if self.now > self.deadline:
+            self._fail(f"the run has not ended after {self.deadline:.0f} s (phase {c.phase}, epoch {c.epoch})")
+        limit = self.staleness + self.tick + EXIT_DETECTION[1] + 0.1
+        for rank, died in self.died_at.items():
+            state = c.ranks.get(rank)
+            if state is not None and state.alive and not state.exited and self.now - died > limit \
+                    and c.phase != "stopping":
+                self._fail(f"rank {rank} died at {died:.3f} s and is still believed alive")
+        for rank in self.exited_cleanly:
+            if rank in c.lost_at_start:
+                self._fail(f"rank {rank} left cleanly and was counted as lost")
+
+    def _check_end(self) -> None:
+        c = self.coordinator
+        if self.ended is None:
+            self._fail(f"the coordinator stopped without Shutdown or ShutdownWithSave (phase {c.phase})")
+        if isinstance(self.ended, m.ShutdownWithSave) and not self.ended.detail:
+            self._fail(f"ShutdownWithSave({self.ended.reason.value}) without a detail")
+        if isinstance(self.ended, m.Shutdown) and len(c.history) != self.epochs:
+            self._fail(f"Shutdown after {len(c.history)} of {self.epochs} epochs")
+        for metrics in c.history:
+            epoch = metrics.epoch
+            trained = [r.trained.get(epoch, set()) for r in self.ranks]
+            covered = set().union(*trained)
+            missing = set(range(self.dataset)) - covered
+            if missing:
+                self._fail(f"epoch {epoch} was aggregated with {len(missing)} samples never trained "
+                           f"(first {min(missing)})")
+            counted = [s for r, s in zip(self.ranks, trained) if c.ranks.get(r.rank) and c.ranks[r.rank].alive]
+            for i, a in enumerate(counted):
+                for b in counted[i + 1:]:
+                    if a & b:
+                        self._fail(f"epoch {epoch}: two live ranks trained sample {min(a & b)}")
+        if self.faults == [] and isinstance(self.ended, m.ShutdownWithSave):
+            self._fail(f"a run without faults ended with {self.ended.reason.value}: {self.ended.detail}")
+
+
+def simulate(seed: int, ranks: int | None = None) -> Outcome:
+    """Run one seed; raises :class:`InvariantBroken` naming the rule, the time and the faults."""
+    return Simulation(seed, ranks=ranks).run()
