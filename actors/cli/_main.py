@@ -37,6 +37,36 @@ def _cmd_messages(args: argparse.Namespace) -> int:
     return 0
 
 
+def _cmd_simulate(args: argparse.Namespace) -> int:
+    import time
+
+    from actorwire.actors.control import _simulate
+    from actorwire.transport import configure_logging
+
+    if not args.verbose:
+        configure_logging(level="critical")  # thousands of coordinators log their faults
+    if args.seed is not None:
+        seeds = range(args.seed, args.seed + 1)
+    else:
+        seeds = range(args.seeds)
+    started = time.monotonic()
+    outcomes, broken = _simulate.run_seeds(seeds, args.ranks, progress=lambda line: print(line, file=sys.stderr))
+    if args.seed is not None:
+        for outcome in outcomes:
+            print(outcome.line())
+            if outcome.detail:
+                print(f"  {outcome.detail}")
+    ends: dict[str, int] = {}
+    for outcome in outcomes:
+        ends[outcome.ended_by] = ends.get(outcome.ended_by, 0) + 1
+    for text in broken:
+        print(text)
+    summary = ", ".join(f"{n} {reason}" for reason, n in sorted(ends.items(), key=lambda kv: -kv[1]))
+    print(f"{len(seeds)} seed(s) in {time.monotonic() - started:.1f} s: {len(broken)} broken"
+          + (f"; ended by {summary}" if summary else ""))
+    return 1 if broken else 0
+
+
 def _cmd_bench(args: argparse.Namespace) -> int:
     from actorwire.actors.bench._harness import report
 
@@ -119,6 +149,13 @@ def build_parser() -> argparse.ArgumentParser:
 
     add_parsers(sub)
     add_serve_parsers(sub)
+
+    p = sub.add_parser("simulate", help="run the control plane under seeded faults, deterministically")
+    p.add_argument("--seeds", type=_positive, default=1000, metavar="N", help="run seeds 0..N-1 (default 1000)")
+    p.add_argument("--seed", type=int, metavar="S", help="run one seed and print its outcome (replays a failure)")
+    p.add_argument("--ranks", type=_positive, metavar="K", help="ranks per run (default: drawn per seed, 1-6)")
+    p.add_argument("--verbose", action="store_true", help="show the coordinator's log (with --seed)")
+    p.set_defaults(func=_cmd_simulate)
 
     p = sub.add_parser("demo", help="run the end-to-end demo")
     p.add_argument("--workers", type=_positive, default=3, help="worker processes (default 3)")

@@ -76,7 +76,6 @@ from actorwire.messages import (
 )
 from actorwire.transport import ActorDead, UnknownActor
 
-
 _RENDEZVOUS_ROUNDS = 3  # times every survivor is asked for a group id before the run gives up
 
 
@@ -330,7 +329,7 @@ class Coordinator(Actor):
             self._elect_roles(ctx, force=True)
         if held_eval and self.final_eval_pending and self.alive():
             # Its final eval died with it: the run would wait for that answer forever (found by
-            # the simulator, seed 403). The new eval rank runs it.
+            # the simulator). The new eval rank runs it.
             self._send_eval(ctx, self.settings.num_epochs, final=True)
         if self.settings.backend == "nccl":
             self._tell_all(ctx, DeclareDead(rank=r.rank))
@@ -378,8 +377,8 @@ class Coordinator(Actor):
             if generator is not None and generator.alive:
                 # One attempt at a time: its generator is alive, and the session it leads to is
                 # made for the survivors of that moment. A second death used to move on to the next
-                # candidate, and with none left a gloo run saved as single_survivor (simulator,
-                # seed 1577).
+                # candidate, and with none left a gloo run saved as single_survivor (found by the
+                # simulator).
                 return
         tried = set(self.rendezvous["tried"]) if self.rendezvous and not fresh else set()
         rounds = self.rendezvous.get("round", 0) if self.rendezvous and not fresh else 0
@@ -387,7 +386,7 @@ class Coordinator(Actor):
         if not candidates and rounds + 1 < _RENDEZVOUS_ROUNDS:
             # Every survivor was asked and none answered in time: under load (or while a rank
             # still sits in the last formation's timeout) it may yet. Ask them all again, waiting
-            # twice as long (simulator, seed 1064: the only survivor was blocked in a formation
+            # twice as long (simulator: the only survivor was blocked in a formation
             # that waited for a stopped peer, and the run ended).
             rounds, tried = rounds + 1, set()
             candidates = by_speed(survivors)
@@ -420,6 +419,9 @@ class Coordinator(Actor):
             # (each used to start its own, and each new store closed the one just announced).
             return
         self.reformed_after = msg.attempt
+        rv = self.rendezvous
+        if rv is not None and (generator := self.ranks.get(rv["generator"])) is not None and generator.alive:
+            return  # a new group is already being formed (after a death): it answers this report too
         ctx.log.warning("a rank could not join the new process group; re-forming it", rank=msg.rank,
                         attempt=msg.attempt, reason=msg.reason)
         self.rendezvous = None
@@ -566,6 +568,9 @@ class Coordinator(Actor):
 
     def _set_quotas(self) -> None:
         alive = self.alive()
+        if not alive:
+            self.quota = {}
+            return
         if self.settings.sync_policy == "fixed" or any(r.ms_per_batch is None for r in alive):
             self.quota = {r.rank: self.settings.sync_every for r in alive}
             return
@@ -615,8 +620,8 @@ class Coordinator(Actor):
     @handler
     def on_sync_ack(self, msg: SyncAck, ctx: Context) -> None:
         r = self._from_rank(ctx, msg.rank)
-        if r is None or self.sync_armed_at is None:
-            return
+        if r is None or not r.alive or self.sync_armed_at is None:
+            return  # a dead rank's late ack finished a sync with nobody left (simulator)
         self.sync_acked.add(r.rank)
         alive = [a.rank for a in self.ranks.values() if a.alive and not a.exited]
         if len(self.sync_acked) >= len(alive) and self.sync_acked.issuperset(alive):

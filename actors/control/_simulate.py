@@ -37,8 +37,10 @@ from collections.abc import Callable
 from typing import Any
 
 from actorwire import messages as m
+from actorwire.actors import _names
 from actorwire.actors.control._coordinator import Coordinator
 from actorwire.actors.runtime._testkit import ActorHarness
+from actorwire.messages import ActorwireError
 
 COORD = "coordinator"
 SINK = "main"
@@ -47,10 +49,10 @@ EXIT_DETECTION = (0.001, 0.05)  # how long the launcher takes to see a process e
 FORMATION_TIMEOUT = 8.0  # a rank waits this long for a group to form (gloo's timeout)
 SESSION_WAIT = 60.0  # after a failed all-reduce, a rank waits this long for a new group
 
-FAULTS = ("kill", "kill_before_join", "pause_short", "pause_long", "slow", "delay", "kill_two")
+FAULTS = ("kill", "kill_before_join", "pause_short", "pause_long", "slow", "delay", "kill_two", "hang")
 
 
-class InvariantBroken(AssertionError):
+class InvariantBroken(ActorwireError, AssertionError):
     """A rule of the control plane did not hold; the text says which and when."""
 
 
@@ -102,7 +104,7 @@ class SimRank:
     def __init__(self, sim: Simulation, rank: int, batch_s: float) -> None:
         self.sim = sim
         self.rank = rank
-        self.name = f"worker/{rank}"
+        self.name = _names.worker(rank)
         self.batch_s = batch_s
         self.state = "starting"  # starting, joining, joined, exited, dead
         self.paused_until = 0.0
@@ -158,7 +160,7 @@ class SimRank:
 
     def beat(self) -> None:
         if self.state == "joined":
-            self.send(m.Heartbeat(rank=self.rank, step_count=self.steps), sender=f"{self.name}/heartbeat")
+            self.send(m.Heartbeat(rank=self.rank, step_count=self.steps), sender=_names.worker_heartbeat(self.rank))
             self.later(1.0, self.beat)
 
     def receive(self, message: m.Message) -> None:
@@ -295,15 +297,8 @@ class SimRank:
         if self.blocked:
             self.later(0.0, self.unblock)  # the collective's error returns the thread to the loop
         self.sync_wait_until = self.sim.now + SESSION_WAIT
-        attempt = self.attempt
-
-        def give_up() -> None:
-            if self.sync_wait_until is not None and self.attempt == attempt:
-                self.sync_wait_until = None
-                self.send(m.SessionFailed(rank=self.rank, attempt=self.attempt, reason="no new group"))
-                self.next_batch()
-
-        self.later(SESSION_WAIT, give_up)
+        # As the Worker does: the failure is reported at once, and the rank waits for a new group.
+        self.send(m.SessionFailed(rank=self.rank, attempt=self.attempt, reason="collective failed"))
 
     def leave_group(self) -> None:
         group = self.group
@@ -346,13 +341,15 @@ class SimRank:
 class Simulation:
     """One seeded run of the coordinator and ``ranks`` simulated ranks."""
 
-    def __init__(self, seed: int, *, ranks: int | None = None, faults: list[Fault] | None = None) -> None:
+    def __init__(self, seed: int, *, ranks: int | None = None, faults: list[Fault] | None = None,
+                 epochs: int | None = None, dataset: int | None = None) -> None:
         self.seed = seed
         rng = self.rng = random.Random(seed)
         self.world = ranks or rng.randint(1, 6)
         self.batch = rng.choice([1, 2, 4, 8])
-        self.dataset = self.world * self.batch * rng.randint(2, 24) + rng.randint(0, self.batch * 3)
-        self.epochs = rng.randint(1, 3)
+        drawn = self.world * self.batch * rng.randint(2, 24) + rng.randint(0, self.batch * 3)
+        self.dataset = dataset or drawn
+        self.epochs = epochs or rng.randint(1, 3)
         self.run_id = f"sim-{seed}"
         self.staleness = 3.0
         self.tick = 0.5
@@ -378,7 +375,7 @@ class Simulation:
         self.slow: dict[int, float] = {}
         self.ended: m.Message | None = None
         self.ended_at = 0.0
-        self.sunk: list[m.Message] = []
+        self.sunk: list[tuple[float, m.Message]] = []  # what the metrics sink got, and when
         self.messages = 0
         # Generous: the slowest rank's share of every epoch, every timeout that may fire, slack.
         self.deadline = 60.0 + self.epochs * (self.dataset / self.batch) * 0.02 * 4 + 4 * SESSION_WAIT
@@ -386,7 +383,9 @@ class Simulation:
     # -- the fault schedule ---------------------------------------------------------
 
     def _schedule(self) -> list[Fault]:
-        rng = self.rng
+        # A stream of its own: a run with the same seed and explicit faults differs from the drawn
+        # run only by its faults, and a new kind of fault changes no other draw.
+        rng = random.Random(f"faults-{self.seed}")
         faults = []
         for _ in range(rng.choice([0, 1, 1, 1, 2])):
             kind = rng.choice(FAULTS)
@@ -395,9 +394,10 @@ class Simulation:
             fault = Fault(kind, at, rank)
             if kind == "kill_two" and self.world > 1:
                 fault.other = rng.choice([r for r in range(self.world) if r != rank])
-            if kind in ("pause_short", "pause_long", "slow", "delay"):
+            if kind in ("pause_short", "pause_long", "slow", "delay", "hang"):
                 fault.duration = (rng.uniform(0.1, self.staleness * 0.6) if kind == "pause_short"
                                   else rng.uniform(RUNTIME_STALENESS + 0.5, 8.0) if kind == "pause_long"
+                                  else rng.uniform(FORMATION_TIMEOUT + 1.0, 20.0) if kind == "hang"
                                   else rng.uniform(1.0, 5.0))
             faults.append(fault)
         return faults
@@ -420,6 +420,11 @@ class Simulation:
             self.after(fault.duration, functools.partial(self._unslow, fault.rank))
         elif fault.kind == "delay":
             self.delayed_until = self.now + fault.duration
+        elif fault.kind == "hang" and rank.alive and not rank.blocked:
+            # The training thread is stuck in the user's code (a long step, a dead data loader):
+            # it serves no message, enters no collective; its heartbeat thread goes on.
+            rank.block()
+            self.after(fault.duration, rank.unblock)
 
     def _unslow(self, rank: int) -> None:
         self.slow.pop(rank, None)
@@ -487,14 +492,14 @@ class Simulation:
         if self.harness.ctx.stopped:
             return
         self.harness.ctx.known.update(r.name for r in self.ranks if not r.declared_down)
-        self.harness.ctx.known.update(f"{r.name}/heartbeat" for r in self.ranks)
+        self.harness.ctx.known.update(_names.worker_heartbeat(r.rank) for r in self.ranks)
         for sent in step():
             self._route(sent)
 
     def _route(self, sent: Any) -> None:
         message = sent.message
         if sent.target == SINK:
-            self.sunk.append(message)
+            self.sunk.append((self.now, message))
             if isinstance(message, m.ShutdownWithSave) and self.ended is None:
                 self.ended, self.ended_at = message, self.now
             return
@@ -557,7 +562,8 @@ class Simulation:
                     and c.phase != "stopping":
                 self._fail(f"rank {rank} died at {died:.3f} s and is still believed alive")
         for rank in self.exited_cleanly:
-            if rank in c.lost_at_start:
+            state = c.ranks.get(rank)
+            if rank in c.lost_at_start or (state is not None and not state.alive and not state.exited):
                 self._fail(f"rank {rank} left cleanly and was counted as lost")
 
     def _check_end(self) -> None:
@@ -588,3 +594,26 @@ class Simulation:
 def simulate(seed: int, ranks: int | None = None) -> Outcome:
     """Run one seed; raises :class:`InvariantBroken` naming the rule, the time and the faults."""
     return Simulation(seed, ranks=ranks).run()
+
+
+def run_seeds(seeds: range, ranks: int | None = None, *, progress: Callable[[str], None] | None = None,
+              every: int = 1000) -> tuple[list[Outcome], list[str]]:
+    """Run ``seeds``; the outcomes and, for each broken invariant, its text and the command that
+    replays it."""
+    outcomes: list[Outcome] = []
+    broken: list[str] = []
+    for done, seed in enumerate(seeds, 1):
+        try:
+            outcomes.append(simulate(seed, ranks))
+        except InvariantBroken as exc:
+            broken.append(f"{exc}\n  replay: {replay_command(seed, ranks)}")
+        except Exception as exc:  # a handler that raised is a broken rule too
+            broken.append(f"seed {seed}: the coordinator raised {type(exc).__name__}: {exc}\n"
+                          f"  replay: {replay_command(seed, ranks)}")
+        if progress is not None and done % every == 0:
+            progress(f"{done}/{len(seeds)} seeds, {len(broken)} broken")
+    return outcomes, broken
+
+
+def replay_command(seed: int, ranks: int | None = None) -> str:
+    return f"actorwire simulate --seed {seed}" + (f" --ranks {ranks}" if ranks else "")

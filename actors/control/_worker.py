@@ -554,17 +554,15 @@ class Worker:
                 # A peer died mid-reduce.  The reduce is abandoned, not retried: the
                 # survivors may have left it at different points.  Once the group is
                 # re-formed the coordinator starts a new cycle that every survivor joins.
-                self.log.warning("all-reduce failed; waiting for the re-formed group", error=str(exc),
-                                 cycle=msg.cycle)
+                self.log.warning("all-reduce failed; asking for a new group", error=str(exc), cycle=msg.cycle)
+                # Said at once, not after a wait: when no death explains the failure (a hung
+                # peer, a collective error), only this report makes the coordinator re-form the
+                # group, so a stuck collective costs the communicator's timeout, not minutes.
+                # After a death the coordinator is re-forming already and takes this as said.
+                self._tell(SessionFailed(rank=self.rank, attempt=self._session_attempt,
+                                         reason=f"collective failed: {str(exc)[:300]}"))
                 if not self._wait_for_session(time.monotonic() + _SESSION_WAIT_S) and self._shutdown is None:
-                    # Nobody re-formed the group: no peer died that the runtime saw (a collective
-                    # error, a hung peer).  Tell the coordinator, which re-forms it: a supervision
-                    # event instead of a reduce that stalls until the run is saved.
-                    self.log.error("no new process group in time; asking the coordinator to re-form it")
-                    self._tell(SessionFailed(
-                        rank=self.rank, attempt=self._session_attempt,
-                        reason=f"collective failed ({str(exc)[:300]}) and no new group came within "
-                               f"{_SESSION_WAIT_S:g} s"))
+                    self.log.error("no new process group in time", waited_s=_SESSION_WAIT_S)
                 return
         self._steps_since_sync = 0
         self._tell(SyncAck(rank=self.rank, step_count=self._steps))
