@@ -19,7 +19,6 @@ from actorwire.transport._endpoints import is_tcp, local_address_towards, tcp_ho
 from actorwire.transport._settings import settings
 from actorwire.transport.comm._protocol import CommError
 
-
 _HOSTED_AT_MOST = 8
 
 
