@@ -125,6 +125,7 @@ NODE = ""  # envelope target of node-level messages
 _NOBLOCK = int(zmq.NOBLOCK)  # a plain int: pyzmq's enum arithmetic showed up in profiles
 _BATCH_RECORDS = 1024  # most messages in one batch frame
 _BATCH_BYTES = 1 << 20  # and at most this many bytes (never above the size cap)
+_JOIN_NEWS_EVERY = 10.0  # a join that waits says so this often
 _ACK_EVERY = 512  # handled messages that trigger an ack flush at once
 _ACK_DELAY = 0.002  # otherwise acks leave within 2 ms
 _ACCEPT, _DUPLICATE, _GAP, _OVERRUN = Verdict.ACCEPT, Verdict.DUPLICATE, Verdict.GAP, Verdict.OVERRUN  # an enum lookup per message showed in profiles
@@ -261,6 +262,8 @@ class Node:
         self._tcp_router: zmq.Socket | None = None
         self._zap: zmq.Socket | None = None
         self._monitor: zmq.Socket | None = None
+        # The root link's handshake over tcp: a refused key is told to the user, not waited out.
+        self._root_monitor: zmq.Socket | None = None
         if bind_tcp is not None:
             if self._security.curve:
                 self._zap = self._ctx.socket(zmq.REP)
@@ -372,7 +375,7 @@ class Node:
             except zmq.ZMQError:
                 pass
         for sock in (self._router, getattr(self, "_tcp_router", None), getattr(self, "_zap", None),
-                     getattr(self, "_monitor", None)):
+                     getattr(self, "_monitor", None), getattr(self, "_root_monitor", None)):
             if sock is not None:
                 sock.close(linger=0)
         self._ctx.term()
@@ -387,10 +390,14 @@ class Node:
         if self.is_root:
             self._joined.set()
             return
-        if not self._joined.wait(self.config.scaled(timeout)):
-            self.close()
-            raise WaitTimeout(f"no answer from the root at {self.root_endpoint} within "
-                               f"{self.config.scaled(timeout):g} s")
+        limit = self.config.scaled(timeout)
+        deadline = time.monotonic() + limit
+        while not self._joined.wait(min(_JOIN_NEWS_EVERY, max(0.0, deadline - time.monotonic()))):
+            if time.monotonic() >= deadline:
+                self.close()
+                raise WaitTimeout(f"no answer from the root at {self.root_endpoint} within {limit:g} s")
+            self._log.warning("no answer from the root yet; still trying", root=self.root_endpoint,
+                              waited_s=round(limit - (deadline - time.monotonic())), limit_s=limit)
         if self._join_error is not None:
             self.close()
             raise self._join_error
@@ -729,7 +736,7 @@ class Node:
         log = self._log
         poller = zmq.Poller()
         poller.register(self._router, zmq.POLLIN)
-        for extra in (self._tcp_router, self._zap, self._monitor):
+        for extra in (self._tcp_router, self._zap, self._monitor, self._root_monitor):
             if extra is not None:
                 poller.register(extra, zmq.POLLIN)
         poller.register(self._wake_r, zmq.POLLIN)
@@ -773,6 +780,8 @@ class Node:
                         self._serve_zap()
                     elif sock is self._monitor:
                         self._on_monitor()
+                    elif sock is self._root_monitor:
+                        self._on_root_handshake()
                     else:
                         self._recv_link(sock)
         except Exception:
@@ -869,8 +878,12 @@ class Node:
         for opt, val in ((zmq.LINGER, 0), (zmq.SNDHWM, 0), (zmq.RCVHWM, 0), (zmq.MAXMSGSIZE, self._frame_cap)):
             sock.setsockopt(opt, val)
         sock.setsockopt(zmq.IDENTITY, self.node_id.encode())
+        sock.setsockopt(zmq.RECONNECT_IVL_MAX, 2000)  # a root not up yet: retries back off to 2 s
         if is_tcp(self.root_endpoint):
             self._security.client(sock, self._security.root_key, "the root")
+            self._root_monitor = sock.get_monitor_socket(
+                zmq.EVENT_HANDSHAKE_FAILED_AUTH | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL
+                | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL)
         try:
             sock.connect(self.root_endpoint)
         except zmq.ZMQError:
@@ -952,6 +965,27 @@ class Node:
                           endpoint=event.get("endpoint", b"").decode(errors="replace") if isinstance(
                               event.get("endpoint"), bytes) else event.get("endpoint"),
                           zmq_event=str(event.get("event")))
+
+    def _on_root_handshake(self) -> None:
+        """The tcp handshake with the root failed.  Before the join it is the answer: libzmq would
+        retry for ever, and the user waited out the join timeout to read "no answer"."""
+        from zmq.utils.monitor import recv_monitor_message
+
+        assert self._root_monitor is not None
+        try:
+            event = recv_monitor_message(self._root_monitor, _NOBLOCK)
+        except zmq.Again:
+            return
+        if self._joined.is_set():
+            return  # a reconnection after the join: the staleness rules judge the root
+        if event.get("event") == zmq.EVENT_HANDSHAKE_FAILED_AUTH:
+            why = ("the root refused this process's CURVE key: its public key is not among the root's "
+                   "allowed keys (copy it into the root's ACTORWIRE_KEYS directory)")
+        else:
+            why = ("the CURVE handshake with the root failed: the root key this process has does not "
+                   "match the root's, or one side runs without CURVE")
+        self._join_error = JoinRefused(f"{why}; root {self.root_endpoint}")
+        self._joined.set()
 
     def _recv_link(self, sock: zmq.Socket) -> None:
         link = next((lk for lk in self._links.values() if lk.socket is sock), None)

@@ -37,6 +37,7 @@ DOCS: dict[str, str] = {
     "join": "The root endpoint a process attaches to (set by `launch` and the demo).",
     "run_id": "The run a process attaches to.",
     "node_id": "This process's node id (set by `spawn_process` and `launch`).",
+    "join_timeout": "Seconds `attach()` (so a Worker) waits for the root to answer, retrying, before it gives up.",
     "rank": "This process's rank (wins over torchrun's and SLURM's).",
     "world_size": "The number of ranks (wins over torchrun's and SLURM's).",
     "port": "The coordinator's port on the master host under torchrun or SLURM.",
@@ -67,6 +68,7 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
     join: str | None = None
     run_id: str | None = None
     node_id: str | None = None
+    join_timeout: float = 120.0
     rank: int | None = None
     world_size: int | None = None
     port: int = 29555

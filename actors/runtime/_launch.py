@@ -236,4 +236,7 @@ def attach(**overrides: Any) -> Any:
     if rank is None:
         rank = found.rank
     node_id = overrides.pop("node_id", None) or settings().node_id
+    # A worker may start before its coordinator: it keeps trying (libzmq reconnects with backoff)
+    # until ACTORWIRE_JOIN_TIMEOUT, saying so every 10 s; a refused key or run id ends it at once.
+    overrides.setdefault("join_timeout", settings().join_timeout)
     return ActorSystem(run_id=run_id, join=join, rank=rank, proctitle=True, node_id=node_id, **overrides)

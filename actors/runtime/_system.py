@@ -310,6 +310,7 @@ class ActorSystem:
         proctitle: bool = False,
         record: str | RecordSettings | None = None,
         security: Security | None = None,
+        join_timeout: float = 10.0,
     ) -> None:
         if join is not None and run_id is None:
             raise InvalidArgument("joining a system needs its run_id")
@@ -332,7 +333,7 @@ class ActorSystem:
         self._proctitle = proctitle
         self._idle = threading.Condition()
         try:
-            self._node.start()
+            self._node.start(join_timeout)
         except BaseException:
             self._timers.close()
             raise

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import pytest
 
 from actorwire.actors import ActorSystem
@@ -56,3 +58,36 @@ def test_data_shorter_than_the_runs_dataset_is_refused_at_the_join(system: Actor
     system.spawn(Coordinator(world_size=1, run_id=system.run_id, num_epochs=1, dataset_size=65536), "coordinator")
     with pytest.raises(WorkerError, match="rank 0 has 2048 samples, fewer than the run's dataset_size 65536"):
         Worker(system=system, rank=0, world_size=1, model_signature="s", join_timeout=10, dataset_size=2048)
+
+
+def test_a_worker_started_before_its_root_joins_once_the_root_is_up(
+        setenv: Callable[[str, str | None], None]) -> None:
+    """attach() used to give up after a fixed 10 s (here scaled to 1 s): a worker launched before
+    its coordinator failed. It now waits ACTORWIRE_JOIN_TIMEOUT (120 s, scaled to 12 s here)."""
+    import socket
+    import threading
+    import time
+
+    from actorwire.actors.runtime._launch import attach
+    from actorwire.transport import RuntimeConfig
+
+    setenv("ACTORWIRE_INSECURE_TCP", "1")
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    endpoint = f"tcp://127.0.0.1:{port}"
+    roots: list[ActorSystem] = []
+
+    def late_root() -> None:
+        time.sleep(1.5)
+        roots.append(ActorSystem(run_id="late", bind=endpoint))
+
+    starter = threading.Thread(target=late_root)
+    starter.start()
+    try:
+        member = attach(join=endpoint, run_id="late", config=RuntimeConfig(timeout_scale=0.1))
+        member.shutdown()
+    finally:
+        starter.join(10)
+        for root in roots:
+            root.shutdown()

@@ -72,7 +72,9 @@ def test_a_key_not_on_the_allow_list_is_refused_and_named(tmp_path: pathlib.Path
     with _root(tmp_path) as root:
         keygen(tmp_path / "stranger")
         stranger = Security(keys=str(tmp_path / "stranger"), root_key=str(tmp_path / "cluster" / "node.key"))
-        with structlog.testing.capture_logs() as logs, pytest.raises(TimeoutError, match="no answer from the root"):
+        # One line at the worker, at once (it used to wait out the join and say "no answer").
+        with structlog.testing.capture_logs() as logs, pytest.raises(
+                JoinRefused, match="^the root refused this process's CURVE key: its public key is not among"):
             ActorSystem(join=root.endpoint, run_id=root.run_id, config=QUICK, security=stranger)
         refused = [e for e in logs if e["event"] == "refused a peer: its key is not in the allow-list"]
         assert refused and refused[0]["key"] == stranger.public.decode()  # type: ignore[union-attr]
@@ -82,9 +84,21 @@ def test_a_key_not_on_the_allow_list_is_refused_and_named(tmp_path: pathlib.Path
 
 def test_a_plain_text_peer_gets_nothing_through(tmp_path: pathlib.Path) -> None:
     with _root(tmp_path) as root:
-        with structlog.testing.capture_logs() as logs, pytest.raises(TimeoutError, match="no answer from the root"):
+        with structlog.testing.capture_logs() as logs, pytest.raises(
+                JoinRefused, match="^the CURVE handshake with the root failed: .* or one side runs without CURVE"):
             ActorSystem(join=root.endpoint, run_id=root.run_id, config=QUICK, security=Security(insecure_tcp=True))
         assert any("failed the CURVE handshake" in e["event"] for e in logs)
+        assert root.names() == ["echo"]
+
+
+def test_a_wrong_root_key_is_one_clear_line_at_once(tmp_path: pathlib.Path) -> None:
+    """The worker's copy of the root's public key is another one: it used to wait out the join."""
+    with _root(tmp_path) as root:
+        keygen(tmp_path / "other")
+        wrong = Security(keys=str(tmp_path / "cluster"), root_key=str(tmp_path / "other" / "node.key"))
+        with pytest.raises(JoinRefused, match=f"the root key this process has does not match the root's.*; "
+                                              f"root {root.endpoint}$"):
+            ActorSystem(join=root.endpoint, run_id=root.run_id, config=QUICK, security=wrong)
         assert root.names() == ["echo"]
 
 
