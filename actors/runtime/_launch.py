@@ -109,6 +109,11 @@ class ChildProcess:
         code = self.process.wait()
         if code != 0:
             self._log.warning("child process exited", status=code)
+            from actorwire.transport.planes._shm import sweep
+
+            swept = sweep(self.process.pid)  # its resource tracker may have died with it
+            if swept:
+                self._log.info("unlinked the shared memory a dead child left", segments=len(swept))
         if self._on_exit is None:
             return
         try:

@@ -16,7 +16,7 @@ from conftest import stop_process
 from actorwire.messages import Plane, TensorRef
 from actorwire.transport._errors import BadHandle
 from actorwire.transport.planes._choose import choose_plane
-from actorwire.transport.planes._shm import ShmExporter, ShmImporter
+from actorwire.transport.planes._shm import ShmExporter, ShmImporter, sweep
 
 
 def test_group_is_packed_aligned_into_one_slot_and_read_back() -> None:
@@ -137,3 +137,49 @@ def test_plane_choice() -> None:
         choose_plane("cpu", same_host=True, force=Plane.CUDA_IPC)
     with pytest.raises(ValueError, match="plane shm works within one host only"):
         choose_plane("cpu", same_host=False, force="shm")
+
+
+ORPHAN = """
+import pathlib, sys, time, torch
+from multiprocessing import resource_tracker
+from actorwire.transport.planes._shm import ShmExporter
+e = ShmExporter(slot_bytes=1 << 20)
+_, refs = e.export({"x": torch.ones(100)})
+name = refs["x"].handle.decode()
+resource_tracker.unregister("/" + name, "shared_memory")  # as if the tracker died with the process
+pathlib.Path(sys.argv[1]).write_text(name)
+time.sleep(60)
+"""
+
+
+@pytest.mark.timeout(60)
+def test_a_launched_process_killed_with_its_tracker_leaves_no_segment(tmp_path: pathlib.Path) -> None:
+    """A job kill takes the worker and its resource tracker together: the segments stayed in
+    /dev/shm. The launcher that watched the process unlinks what it left."""
+    from actorwire.actors import ActorSystem
+
+    told = tmp_path / "name"
+    with ActorSystem() as system:
+        child = system.launch([sys.executable, "-c", ORPHAN, str(told)])
+        try:
+            for _ in range(600):
+                if told.exists() and told.read_text():
+                    break
+                subprocess.run(["sleep", "0.05"])
+            path = pathlib.Path("/dev/shm", told.read_text())
+            assert path.exists()
+        finally:
+            child.kill()
+            child.wait(10)
+        for _ in range(200):  # the launcher's watch thread sweeps right after the exit (bounded wait)
+            if not path.exists():
+                break
+            subprocess.run(["sleep", "0.05"])
+        assert not path.exists()
+
+
+def test_sweep_unlinks_only_the_dead_processs_segments(tmp_path: pathlib.Path) -> None:
+    for name in ("aw123_abc-1", "aws123_def-0-0", "aw1234_abc-1", "aws12_x-1", "other"):
+        (tmp_path / name).write_bytes(b"")
+    assert sorted(sweep(123, str(tmp_path))) == ["aw123_abc-1", "aws123_def-0-0"]
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["aw1234_abc-1", "aws12_x-1", "other"]

@@ -13,8 +13,6 @@ Tensors are packed 16-byte aligned, so a whole pull costs one handle.
 
 from __future__ import annotations
 
-import os
-import secrets
 from multiprocessing import shared_memory
 from typing import Any
 
@@ -57,7 +55,7 @@ class ServeRing:
         self._frames_endpoint = frames_endpoint
         self._server: FramesServer | None = None
         self._rings: dict[int, list[_Slot]] = {}
-        self._prefix = f"aws{os.getpid()}{secrets.token_hex(3)}"
+        self._prefix = _shm.segment_prefix("aws")
 
     def _new_slot(self, consumer_id: int, index: int, nbytes: int) -> _Slot:
         import torch

@@ -11,7 +11,10 @@ Ownership
 * A segment's name is gone once the exporter unlinks it; a mapping stays valid
   until the importer drops it (POSIX semantics), so "released when the last
   user frees it" holds.  If the exporter dies, Python's resource tracker
-  unlinks its segments: nothing is leaked in ``/dev/shm``.
+  unlinks its segments.  If the tracker dies with it (a job kill takes the
+  whole process group), the launcher that watched the process does: segment
+  names carry the creator's pid (``aw<pid>_...``, ``aws<pid>_...``), and
+  :func:`sweep` unlinks those of a process that is gone.
 
 Python 3.11 registers a segment with the resource tracker also when it is
 merely *attached*, and would unlink the exporter's segment when the importer
@@ -33,12 +36,36 @@ from actorwire.transport.planes._layout import copy_packed, pack_layout, packed_
 DEFAULT_SLOT_BYTES = 64 * 1024 * 1024
 
 
+def segment_prefix(kind: str) -> str:
+    """A fresh name prefix for this process's segments: ``<kind><pid>_<random>``."""
+    return f"{kind}{os.getpid()}_{secrets.token_hex(3)}"
+
+
+def sweep(pid: int, directory: str = "/dev/shm") -> list[str]:
+    """Unlink the segments process ``pid`` (gone) created and left: its tracker died with it.
+    Returns their names.  A reader that mapped one keeps its mapping (POSIX semantics)."""
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return []
+    mine = (f"aw{pid}_", f"aws{pid}_")
+    swept = []
+    for name in names:
+        if name.startswith(mine):
+            try:
+                os.unlink(os.path.join(directory, name))
+            except OSError:  # gone already (its tracker was faster), or not ours to remove
+                continue
+            swept.append(name)
+    return swept
+
+
 class ShmExporter:
     """Copies groups of CPU tensors into reusable shared-memory slots."""
 
     def __init__(self, *, slot_bytes: int = DEFAULT_SLOT_BYTES, prefix: str | None = None) -> None:
         self.slot_bytes = slot_bytes
-        self.prefix = prefix or f"aw{os.getpid()}{secrets.token_hex(3)}"
+        self.prefix = prefix or segment_prefix("aw")
         self._slots: dict[int, shared_memory.SharedMemory] = {}
         self._free: set[int] = set()
         self._ids = itertools.count(1)
