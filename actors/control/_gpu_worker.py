@@ -34,6 +34,7 @@ from actorwire.messages import (
     Checkpoint,
     CoordHeartbeat,
     DeclareDead,
+    Down,
     EpochAggregated,
     EvalBroadcast,
     ExecuteEval,
@@ -55,6 +56,7 @@ from actorwire.messages import (
     SyncAck,
     SyncNow,
     Throttle,
+    TimerFired,
 )
 from actorwire.transport.comm import CommError, Communicator
 
@@ -63,7 +65,8 @@ class GpuWorker(Actor):
     """A data-parallel rank as an actor; see the module doc."""
 
     def __init__(self, rank: int, world_size: int, run_id: str, *, batch_size: int = 32,
-                 coordinator: str = "coordinator", model_signature: str = "", backend: str = "gloo") -> None:
+                 coordinator: str = "coordinator", model_signature: str = "", backend: str = "gloo",
+                 coordinator_timeout: float = 30.0) -> None:
         self.rank = rank
         self.world_size = world_size
         self.run_id = run_id
@@ -85,6 +88,10 @@ class GpuWorker(Actor):
         self.aggregates: list[Any] = []
         self.evals: list[tuple[int, float]] = []
         self.stepping = False
+        #: As the Worker: a coordinator silent this long (its CoordHeartbeat is every tick) is gone.
+        self.coordinator_timeout = coordinator_timeout
+        self.coord_seen = 0.0
+        self.session_attempt = 0
 
     # -- for subclasses -------------------------------------------------------
 
@@ -128,11 +135,30 @@ class GpuWorker(Actor):
         if isinstance(msg, JoinRejected):
             ctx.log.error("the coordinator refused this rank", reason=msg.reason)
             ctx.stop()
+            return
+        # As the Worker does: a coordinator that dies or goes silent ends this rank (it used to
+        # wait for plans that would never come).
+        ctx.watch(self.coordinator)
+        self.coord_seen = ctx.now()
+        ctx.start_timer("coordinator-silence", min(1.0, self.coordinator_timeout / 2), periodic=True)
+
+    @handler
+    def on_coordinator_down(self, msg: Down, ctx: Context) -> None:
+        if msg.name == self.coordinator:
+            ctx.log.error("coordinator is down; stopping", reason=msg.reason.value)
+            ctx.stop()
+
+    @handler
+    def on_timer(self, msg: TimerFired, ctx: Context) -> None:
+        if msg.key == "coordinator-silence" and ctx.now() - self.coord_seen > self.coordinator_timeout:
+            ctx.log.error("coordinator silent; stopping", silent_s=round(ctx.now() - self.coord_seen, 1))
+            ctx.stop()
 
     # -- the loop: one batch per handler run ------------------------------------
 
     @handler
     def on_plan(self, msg: StartEpoch | ExtendPartition, ctx: Context) -> None:
+        self.coord_seen = ctx.now()
         if isinstance(msg, StartEpoch):
             self.epoch = msg.epoch
             self.epoch_batches = self.epoch_samples = self.extensions = 0
@@ -187,25 +213,35 @@ class GpuWorker(Actor):
 
     @handler
     def on_sync(self, msg: SyncNow, ctx: Context) -> None:
+        self.coord_seen = ctx.now()
         params = self.parameters()
         if params and self.comm is not None:
             try:
                 weighted_average(self.comm, params, self.steps_since_sync)
             except CommError as exc:
-                # Abandoned: the coordinator redoes the cycle once the group is re-formed.
-                ctx.log.warning("all-reduce failed; waiting for the re-formed group", error=str(exc))
+                # Abandoned: the coordinator redoes the cycle once the group is re-formed. Said at
+                # once, as the Worker does: without a death, only this makes it re-form the group.
+                ctx.log.warning("all-reduce failed; asking for a new group", error=str(exc))
+                ctx.tell(self.coordinator, SessionFailed(rank=self.rank, attempt=self.session_attempt,
+                                                         reason=f"collective failed: {str(exc)[:300]}"))
                 return
         self.steps_since_sync = 0
         ctx.tell(self.coordinator, SyncAck(rank=self.rank, step_count=self.steps))
 
     @handler
     def on_rendezvous(self, msg: RequestNewNcclId | NewNcclSession | DeclareDead, ctx: Context) -> None:
+        self.coord_seen = ctx.now()
         if self.comm is None:
             return
         if isinstance(msg, RequestNewNcclId):
-            ctx.tell(self.coordinator, NewNcclIdGenerated(rank=self.rank, uid=self.comm.new_unique_id(),
-                                                          attempt=msg.attempt))
+            try:
+                uid = self.comm.new_unique_id()
+            except CommError as exc:  # the coordinator tries the next rank after its rendezvous timeout
+                ctx.log.error("could not make the new process group's id", error=str(exc))
+                return
+            ctx.tell(self.coordinator, NewNcclIdGenerated(rank=self.rank, uid=uid, attempt=msg.attempt))
         elif isinstance(msg, NewNcclSession):
+            self.session_attempt = max(self.session_attempt, msg.attempt)
             try:
                 self.comm.init(msg.uid, msg.new_rank, msg.new_world_size)
             except CommError as exc:
@@ -215,15 +251,18 @@ class GpuWorker(Actor):
 
     @handler
     def on_eval(self, msg: ExecuteEval, ctx: Context) -> None:
+        self.coord_seen = ctx.now()
         ctx.tell(self.coordinator, run_eval(self.rank, msg, self.evaluate))
 
     @handler
     def on_checkpoint(self, msg: Checkpoint, ctx: Context) -> None:
+        self.coord_seen = ctx.now()
         ctx.tell(self.coordinator, run_checkpoint(self.rank, msg, self.checkpoint))
 
     @handler
     def on_info(self, msg: SetGlobalStep | SetEpochCallbackRole | EpochAggregated | EvalBroadcast | CoordHeartbeat,
                 ctx: Context) -> None:
+        self.coord_seen = ctx.now()
         if isinstance(msg, SetGlobalStep):
             self.global_step = msg.global_step
         elif isinstance(msg, SetEpochCallbackRole):
@@ -235,6 +274,7 @@ class GpuWorker(Actor):
 
     @handler
     def on_end(self, msg: Shutdown | ShutdownWithSave, ctx: Context) -> None:
+        self.coord_seen = ctx.now()
         if isinstance(msg, ShutdownWithSave):
             ctx.log.warning("the coordinator ended the run", reason=msg.reason.value)
         ctx.tell(self.coordinator, Exiting(rank=self.rank))

@@ -57,3 +57,51 @@ def test_one_batch_per_handler_so_control_interleaves() -> None:
     last = [s.message for s in h.deliver(m.Throttle(), sender="worker/0")]
     metrics = [x for x in last if isinstance(x, m.MetricsMsg)]
     assert metrics and metrics[0].samples_processed == 250 and metrics[0].batches_processed == 3
+
+
+def _joined_worker(**kw: object) -> ActorHarness:
+    from _actors import LinearWorker
+
+    h = ActorHarness(LinearWorker(rank=0, world_size=1, run_id="r", batch_size=100, **kw), name="worker/0",
+                     peers=["coordinator"])
+    h.actor.make_communicator = lambda: None  # type: ignore[method-assign]
+    h.start()
+    h.deliver(m.JoinAccepted(rank=0, world_size=1), sender="coordinator", correlation_id=1, is_reply=True)
+    return h
+
+
+def test_a_coordinator_that_dies_stops_the_actor_worker() -> None:
+    """It did not watch the coordinator: it waited for plans that would never come."""
+    h = _joined_worker()
+    assert "coordinator" in h.ctx.watched
+    h.down("coordinator", m.DownReason.DEAD, "status -9")
+    assert h.ctx.stopped
+
+
+def test_a_silent_coordinator_stops_the_actor_worker_after_its_timeout() -> None:
+    h = _joined_worker(coordinator_timeout=5.0)
+    h.advance(3.0)
+    h.deliver(m.CoordHeartbeat(seq=1), sender="coordinator")  # any message from it counts
+    h.advance(4.0)
+    assert not h.ctx.stopped
+    h.advance(2.0)  # 6 s since its last word
+    assert h.ctx.stopped
+
+
+def test_a_failed_all_reduce_is_reported_at_once() -> None:
+    """It logged and returned: with no death, nobody re-formed the group."""
+    from actorwire.transport.comm import CommError
+
+    class Broken:
+        def init(self, uid: bytes, rank: int, world_size: int) -> None:
+            pass
+
+        def all_reduce_sum(self, tensor: object) -> None:
+            raise CommError("all_reduce failed: connection reset by peer")
+
+    h = _joined_worker()
+    h.actor.comm = Broken()
+    h.deliver(m.NewNcclSession(uid=b"x", new_rank=0, new_world_size=1, attempt=3), sender="coordinator")
+    out = [s.message for s in h.deliver(m.SyncNow(cycle=1), sender="coordinator")]
+    assert out == [m.SessionFailed(rank=0, attempt=3,
+                                   reason="collective failed: all_reduce failed: connection reset by peer")]
