@@ -50,7 +50,8 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     else:
         seeds = range(args.seeds)
     started = time.monotonic()
-    outcomes, broken = _simulate.run_seeds(seeds, args.ranks, progress=lambda line: print(line, file=sys.stderr))
+    outcomes, broken = _simulate.run_seeds(seeds, args.ranks, progress=lambda line: print(line, file=sys.stderr),
+                                           restarts=args.restarts)
     if args.seed is not None:
         for outcome in outcomes:
             print(outcome.line())
@@ -154,6 +155,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seeds", type=_positive, default=1000, metavar="N", help="run seeds 0..N-1 (default 1000)")
     p.add_argument("--seed", type=int, metavar="S", help="run one seed and print its outcome (replays a failure)")
     p.add_argument("--ranks", type=_positive, metavar="K", help="ranks per run (default: drawn per seed, 1-6)")
+    p.add_argument("--restarts", action="store_true",
+                   help="also restart a killed rank as its launcher would (it rejoins the run)")
     p.add_argument("--verbose", action="store_true", help="show the coordinator's log (with --seed)")
     p.set_defaults(func=_cmd_simulate)
 

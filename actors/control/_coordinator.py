@@ -124,14 +124,26 @@ class Coordinator(Actor):
     # -- helpers ------------------------------------------------------------
 
     def alive(self) -> list[RankState]:
+        """The ranks in the run: alive, not left, and not waiting for the next epoch to take part."""
+        return [r for r in sorted(self.ranks.values(), key=lambda r: r.rank)
+                if r.alive and not r.exited and not r.waiting]
+
+    def _reachable(self) -> list[RankState]:
+        """Every live rank, those waiting to take part included (they get heartbeats too)."""
         return [r for r in sorted(self.ranks.values(), key=lambda r: r.rank) if r.alive and not r.exited]
 
     def _tell_all(self, ctx: Context, message: Message) -> None:
         for r in self.alive():
-            try:
-                ctx.tell(r.name, message)
-            except ActorDead:
-                pass  # it went down a moment ago: its Down is on the way and is handled as its death
+            self._tell(ctx, r, message)
+
+    def _tell(self, ctx: Context, r: RankState, message: Message) -> None:
+        """Tell one rank; one that went down a moment ago is skipped: its Down is on the way and is
+        handled as its death.  (A raise here left a handler half done: an epoch dispatched to the
+        ranks before it and not after; found by the simulator with restarts.)"""
+        try:
+            ctx.tell(r.name, message)
+        except (ActorDead, UnknownActor):
+            pass
 
     def _sink(self, ctx: Context, message: Message) -> None:
         if self.settings.metrics_sink:
@@ -153,6 +165,16 @@ class Coordinator(Actor):
             ctx.log.warning("report from an actor that is not that rank", rank=claimed, sender=ctx.sender)
             return None
         r.last_seen = ctx.now()
+        if not r.alive and not r.told_to_leave and self.phase != "stopping":
+            # Declared dead (silent past the staleness timeout: stopped, hung) and speaking again:
+            # its share went to the others. It is told to leave, once, rather than left to wait for
+            # plans that never come (a revived SIGSTOPped worker crashed; found by the simulator).
+            r.told_to_leave = True
+            ctx.log.warning("a rank declared dead spoke again; telling it to leave", rank=r.rank)
+            try:
+                ctx.tell(r.name, Shutdown())
+            except (ActorDead, UnknownActor):
+                pass
         return r
 
     # -- join ---------------------------------------------------------------
@@ -163,12 +185,18 @@ class Coordinator(Actor):
 
     @handler
     def on_join(self, msg: JoinRequest, ctx: Context) -> None:
-        reason = join_refusal(self.settings, msg, started=self.phase != "joining", joined=self.ranks,
+        # A rank restarted by its launcher (a new incarnation under the same name) or one that came
+        # late may join a running run: it gets a share from the next epoch on. A rank is refused
+        # only while an incarnation of it is alive.
+        current = self.ranks.get(msg.rank)
+        rejoin = self.phase == "running" and (current is None or not current.alive)
+        live = {k: v for k, v in self.ranks.items() if v.alive}
+        taken = self.phase == "running" and current is not None and current.alive  # say who holds it
+        reason = join_refusal(self.settings, msg, started=self.phase != "joining" and not rejoin and not taken,
+                              joined=live,
                               signature=self.settings.model_signature or getattr(self, "_signature", ""))
         if self.saved is not None:
             reason = f"the run has ended ({self.saved.value})"
-        elif reason is None and msg.rank in self.lost_at_start:
-            reason = f"rank {msg.rank} was lost before the start ({self.lost_at_start[msg.rank]})"
         if reason is not None:
             ctx.log.warning("join refused", rank=msg.rank, reason=reason)
             if ctx.correlation_id:
@@ -185,15 +213,20 @@ class Coordinator(Actor):
         if not self.settings.model_signature and not self.ranks:
             self._signature = msg.model_signature
         r = RankState(msg.rank, name, ctx.now())
+        r.waiting = self.phase != "joining"  # a rejoin takes part from the next epoch
         self.ranks[msg.rank] = r
         self.by_name[r.name] = msg.rank
+        self.lost_at_start.pop(msg.rank, None)  # a new incarnation: what was lost is back
+        if r.waiting:
+            ctx.log.warning("rank rejoined; it gets a share from the next epoch", rank=msg.rank, epoch=self.epoch)
         accepted = JoinAccepted(rank=msg.rank, world_size=self.settings.world_size)
         if ctx.correlation_id:
             ctx.reply(accepted)
         self._sink(ctx, accepted)  # the user's view shows the joins as they come
         ctx.log.info("rank joined", rank=msg.rank, joined=len(self.alive()), world_size=self.settings.world_size,
                      progress=f"joined {len(self.alive())}/{self.settings.world_size}")
-        self._maybe_begin(ctx)
+        if self.phase == "joining":
+            self._maybe_begin(ctx)
 
     @handler
     def on_rank_exited(self, msg: RankExited, ctx: Context) -> None:
@@ -241,7 +274,8 @@ class Coordinator(Actor):
     def on_tick(self, msg: TimerFired, ctx: Context) -> None:
         now = ctx.now()
         if self.phase == "joining":
-            ctx.broadcast([r.name for r in self.alive()], CoordHeartbeat(seq=msg.count))
+            for r in self.alive():
+                self._tell(ctx, r, CoordHeartbeat(seq=msg.count))
             for r in self.alive():  # a joined rank beats while it waits: silence is a death here too
                 if now - r.last_seen > self.settings.staleness_timeout:
                     self._death(ctx, r, f"no message for {now - r.last_seen:.1f} s")
@@ -255,8 +289,11 @@ class Coordinator(Actor):
                 self._maybe_begin(ctx)
             return
         if self.phase in ("running", "finishing"):
-            ctx.broadcast([r.name for r in self.alive()], CoordHeartbeat(seq=msg.count))
-            for r in self.alive():
+            # One by one: a broadcast raised at the first rank that had just gone down, and the rest
+            # of the tick (the staleness and rendezvous checks) did not run.
+            for r in self._reachable():
+                self._tell(ctx, r, CoordHeartbeat(seq=msg.count))
+            for r in self._reachable():
                 if now - r.last_seen > self.settings.staleness_timeout:
                     ctx.log.warning("rank silent; declaring it dead", rank=r.rank,
                                     silent_s=round(now - r.last_seen, 1))
@@ -306,6 +343,10 @@ class Coordinator(Actor):
     # -- deaths ---------------------------------------------------------------
 
     def _death(self, ctx: Context, r: RankState, why: str) -> None:
+        if r.waiting:  # it had no share yet: nothing to hand over, no group to re-form
+            r.alive = False
+            ctx.log.warning("a rank waiting to rejoin was lost", rank=r.rank, reason=why)
+            return
         if self.phase == "joining":  # nothing to hand over yet: the run starts without it
             r.alive = False
             self.failures += 1
@@ -343,7 +384,7 @@ class Coordinator(Actor):
             for s, pieces in zip(survivors, split_slices(left, len(survivors))):
                 for start, n in pieces:
                     extension = ExtendPartition(partition_offset=start, partition_size=n, epoch=self.epoch)
-                    ctx.tell(s.name, extension)
+                    self._tell(ctx, s, extension)
                     self._sink(ctx, extension)  # the user's view shows where a lost rank's samples went
                     s.slices.append((start, n))
                     s.extended += n
@@ -398,7 +439,7 @@ class Coordinator(Actor):
         generator = candidates[0]
         self.rendezvous = {"generator": generator.rank, "since": ctx.now(), "tried": sorted(tried | {generator.rank}),
                            "attempt": len(tried), "round": rounds}
-        ctx.tell(generator.name, RequestNewNcclId(attempt=len(tried)))
+        self._tell(ctx, generator, RequestNewNcclId(attempt=len(tried)))
 
     def _check_rendezvous_timeout(self, ctx: Context, now: float) -> None:
         rv = self.rendezvous
@@ -437,7 +478,7 @@ class Coordinator(Actor):
         survivors = self.alive()  # recomputed: deaths during the wait are folded in
         self.session_attempt += 1
         for new_rank, s in enumerate(survivors):
-            ctx.tell(s.name, NewNcclSession(uid=msg.uid, new_rank=new_rank, new_world_size=len(survivors),
+            self._tell(ctx, s, NewNcclSession(uid=msg.uid, new_rank=new_rank, new_world_size=len(survivors),
                                             attempt=self.session_attempt))
         self.rendezvous = None
         if self.sync_armed_at is not None:
@@ -461,6 +502,9 @@ class Coordinator(Actor):
     # -- epochs -------------------------------------------------------------------
 
     def _dispatch_epoch(self, ctx: Context, epoch: int) -> None:
+        joining = [r for r in self.ranks.values() if r.waiting and r.alive and not r.exited]
+        for r in joining:
+            r.waiting = False
         alive = self.alive()
         if not alive:
             return
@@ -484,17 +528,21 @@ class Coordinator(Actor):
             r.extended = 0
             r.ext_sent = r.ext_done = 0
             r.epoch_steps = 0
-            ctx.tell(r.name, StartEpoch(epoch=epoch, partition_offset=offset, partition_size=size))
+            self._tell(ctx, r, StartEpoch(epoch=epoch, partition_offset=offset, partition_size=size))
             offset += size
         self._set_quotas()
         self.window_started = ctx.now()
+        if joining:  # the group must take the rejoined ranks in
+            ctx.log.warning("rejoined ranks take part from this epoch", epoch=epoch, ranks=[r.rank for r in joining])
+            self.rendezvous = None
+            self._start_rendezvous(ctx, fresh=True)
 
     def _send_eval(self, ctx: Context, epoch: int, final: bool = False) -> None:
         target = self.ranks.get(self.eval_role) if self.eval_role is not None else None
         if target is None or not target.alive:
             return
         self.eval_schedule += 1
-        ctx.tell(target.name, ExecuteEval(schedule_id=FINAL_EVAL if final else self.eval_schedule, epoch=epoch,
+        self._tell(ctx, target, ExecuteEval(schedule_id=FINAL_EVAL if final else self.eval_schedule, epoch=epoch,
                                           target_rank=target.rank, final=final))
 
     def _send_checkpoint(self, ctx: Context, version: int) -> None:
@@ -502,7 +550,7 @@ class Coordinator(Actor):
         if target is None or not target.alive:
             return
         self.checkpoint_tried.add(target.rank)
-        ctx.tell(target.name, Checkpoint(version=version, target_rank=target.rank))
+        self._tell(ctx, target, Checkpoint(version=version, target_rank=target.rank))
 
     # -- reports ----------------------------------------------------------------
 
@@ -587,7 +635,7 @@ class Coordinator(Actor):
 
     def _blocks(self, r: RankState) -> bool:
         """Whether ``r`` holds the sync gate: alive, under its quota, and still able to move."""
-        return (r.alive and not r.exited and r.steps_since_sync < self.quota.get(r.rank, self.settings.sync_every)
+        return (r.alive and not r.exited and not r.waiting and r.steps_since_sync < self.quota.get(r.rank, self.settings.sync_every)
                 and not self._quiesced(r))
 
     def _maybe_sync(self, ctx: Context) -> None:
@@ -623,7 +671,7 @@ class Coordinator(Actor):
         if r is None or not r.alive or self.sync_armed_at is None:
             return  # a dead rank's late ack finished a sync with nobody left (simulator)
         self.sync_acked.add(r.rank)
-        alive = [a.rank for a in self.ranks.values() if a.alive and not a.exited]
+        alive = [a.rank for a in self.alive()]  # a rank waiting for the next epoch was not asked
         if len(self.sync_acked) >= len(alive) and self.sync_acked.issuperset(alive):
             self._finish_sync(ctx)
 
@@ -702,7 +750,8 @@ class Coordinator(Actor):
             return
         self.phase = "stopping"
         self.shutdown_at = ctx.now()
-        self._tell_all(ctx, Shutdown())
+        for r in self._reachable():  # a rank that rejoined during the last epoch leaves too
+            self._tell(ctx, r, Shutdown())
 
     def _save_and_shutdown(self, ctx: Context, reason: SaveReason, detail: str = "") -> None:
         if self.saved is not None:
@@ -712,7 +761,8 @@ class Coordinator(Actor):
         if self.settings.save_stem:
             self.write_meta({**self._meta(reason, ctx), "save_detail": detail})
         message = ShutdownWithSave(reason=reason, detail=detail)
-        self._tell_all(ctx, message)
+        for r in self._reachable():
+            self._tell(ctx, r, message)
         self._sink(ctx, message)  # the user's view of the run says why it ended
         self.phase = "stopping"
         self.shutdown_at = ctx.now()

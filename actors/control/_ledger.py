@@ -102,6 +102,9 @@ class RankState:
         self.ext_sent = 0  # ExtendPartition slices sent this epoch...
         self.ext_done = 0  # ...and reported done
         self.reported_epoch = -1
+        #: Joined while the run was running (a restart or a late rank): in from the next epoch.
+        self.waiting = False
+        self.told_to_leave = False  # declared dead, then heard from: told Shutdown once
 
 
 def add_metrics(a: MetricsMsg, b: MetricsMsg) -> MetricsMsg:

@@ -342,7 +342,7 @@ class Simulation:
     """One seeded run of the coordinator and ``ranks`` simulated ranks."""
 
     def __init__(self, seed: int, *, ranks: int | None = None, faults: list[Fault] | None = None,
-                 epochs: int | None = None, dataset: int | None = None) -> None:
+                 epochs: int | None = None, dataset: int | None = None, restarts: bool = False) -> None:
         self.seed = seed
         rng = self.rng = random.Random(seed)
         self.world = ranks or rng.randint(1, 6)
@@ -368,14 +368,21 @@ class Simulation:
         self.uids = itertools.count(1)
         self.groups: dict[bytes, _Group] = {}
         self.ranks = [SimRank(self, r, rng.uniform(0.002, 0.02)) for r in range(self.world)]
+        self.incarnations = list(self.ranks)  # every process a rank ran as, restarts included
         self.faults = faults if faults is not None else self._schedule()
+        if restarts and faults is None:
+            # Their own stream too: a seed's other faults are the same with and without restarts.
+            extra = random.Random(f"restarts-{seed}")
+            self.faults.append(Fault("restart", extra.uniform(0.5, 6.0), extra.randrange(self.world),
+                                     duration=extra.uniform(0.5, 4.0)))
         self.died_at: dict[int, float] = {}
         self.exited_cleanly: set[int] = set()
         self.delayed_until = 0.0
         self.slow: dict[int, float] = {}
         self.ended: m.Message | None = None
         self.ended_at = 0.0
-        self.sunk: list[tuple[float, m.Message]] = []  # what the metrics sink got, and when
+        self.sunk: list[tuple[float, m.Message]] = []
+        self.told_end: set[int] = set()  # incarnations the coordinator told that the run ended  # what the metrics sink got, and when
         self.messages = 0
         # Generous: the slowest rank's share of every epoch, every timeout that may fire, slack.
         self.deadline = 60.0 + self.epochs * (self.dataset / self.batch) * 0.02 * 4 + 4 * SESSION_WAIT
@@ -420,11 +427,24 @@ class Simulation:
             self.after(fault.duration, functools.partial(self._unslow, fault.rank))
         elif fault.kind == "delay":
             self.delayed_until = self.now + fault.duration
+        elif fault.kind == "restart":
+            # Killed, then started again by its launcher under the same rank (torchrun, SLURM).
+            if not rank.alive:
+                return
+            self.kill(rank)
+            self.after(fault.duration, functools.partial(self._restart, rank))
         elif fault.kind == "hang" and rank.alive and not rank.blocked:
             # The training thread is stuck in the user's code (a long step, a dead data loader):
             # it serves no message, enters no collective; its heartbeat thread goes on.
             rank.block()
             self.after(fault.duration, rank.unblock)
+
+    def _restart(self, old: SimRank) -> None:
+        new = SimRank(self, old.rank, old.batch_s)
+        self.ranks[old.rank] = new
+        self.incarnations.append(new)
+        self.died_at.pop(old.rank, None)  # the death was judged; the new process is another one
+        new.start()
 
     def _unslow(self, rank: int) -> None:
         self.slow.pop(rank, None)
@@ -455,6 +475,8 @@ class Simulation:
         self.after(self.rng.uniform(*EXIT_DETECTION), lambda: self._exited(rank, code, True))
 
     def _exited(self, rank: SimRank, code: int, registered: bool) -> None:
+        if not registered:
+            rank.declared_down = True  # the registry drops the node: its name is nobody's now
         if registered and not rank.declared_down:
             rank.declared_down = True
             reason = m.DownReason.EXITED if code == 0 else m.DownReason.DEAD
@@ -492,6 +514,9 @@ class Simulation:
         if self.harness.ctx.stopped:
             return
         self.harness.ctx.known.update(r.name for r in self.ranks if not r.declared_down)
+        for r in self.ranks:
+            if r.declared_down:
+                self.harness.ctx.known.discard(r.name)
         self.harness.ctx.known.update(_names.worker_heartbeat(r.rank) for r in self.ranks)
         for sent in step():
             self._route(sent)
@@ -503,11 +528,13 @@ class Simulation:
             if isinstance(message, m.ShutdownWithSave) and self.ended is None:
                 self.ended, self.ended_at = message, self.now
             return
-        if isinstance(message, m.Shutdown) and self.ended is None:
-            self.ended, self.ended_at = message, self.now
+        if isinstance(message, m.Shutdown) and self.ended is None and self.coordinator.phase == "stopping":
+            self.ended, self.ended_at = message, self.now  # the end of the run, not one rank told to leave
         rank = next((r for r in self.ranks if r.name == sent.target), None)
         if rank is None:
             return
+        if isinstance(message, (m.Shutdown, m.ShutdownWithSave)):
+            self.told_end.add(id(rank))
         self.messages += 1
         self.at(self._delay((COORD, rank.name)), lambda: rank.receive(message))
 
@@ -563,7 +590,8 @@ class Simulation:
                 self._fail(f"rank {rank} died at {died:.3f} s and is still believed alive")
         for rank in self.exited_cleanly:
             state = c.ranks.get(rank)
-            if rank in c.lost_at_start or (state is not None and not state.alive and not state.exited):
+            if rank in c.lost_at_start or (state is not None and not state.alive and not state.exited
+                                           and not state.told_to_leave):
                 self._fail(f"rank {rank} left cleanly and was counted as lost")
 
     def _check_end(self) -> None:
@@ -576,44 +604,51 @@ class Simulation:
             self._fail(f"Shutdown after {len(c.history)} of {self.epochs} epochs")
         for metrics in c.history:
             epoch = metrics.epoch
-            trained = [r.trained.get(epoch, set()) for r in self.ranks]
+            trained = [r.trained.get(epoch, set()) for r in self.incarnations]
             covered = set().union(*trained)
             missing = set(range(self.dataset)) - covered
             if missing:
                 self._fail(f"epoch {epoch} was aggregated with {len(missing)} samples never trained "
                            f"(first {min(missing)})")
-            counted = [s for r, s in zip(self.ranks, trained) if c.ranks.get(r.rank) and c.ranks[r.rank].alive]
+            counted = [s for r, s in zip(self.incarnations, trained)
+                       if self.ranks[r.rank] is r and c.ranks.get(r.rank) and c.ranks[r.rank].alive]
             for i, a in enumerate(counted):
                 for b in counted[i + 1:]:
                     if a & b:
                         self._fail(f"epoch {epoch}: two live ranks trained sample {min(a & b)}")
+        for r in self.ranks:
+            state = c.ranks.get(r.rank)
+            believed = state is not None and state.alive and not state.exited  # a dead one hears silence
+            if believed and r.state == "joined" and not r.declared_down and id(r) not in self.told_end:
+                self._fail(f"rank {r.rank} was never told that the run ended (it waits for plans)")
         if self.faults == [] and isinstance(self.ended, m.ShutdownWithSave):
             self._fail(f"a run without faults ended with {self.ended.reason.value}: {self.ended.detail}")
 
 
-def simulate(seed: int, ranks: int | None = None) -> Outcome:
+def simulate(seed: int, ranks: int | None = None, *, restarts: bool = False) -> Outcome:
     """Run one seed; raises :class:`InvariantBroken` naming the rule, the time and the faults."""
-    return Simulation(seed, ranks=ranks).run()
+    return Simulation(seed, ranks=ranks, restarts=restarts).run()
 
 
 def run_seeds(seeds: range, ranks: int | None = None, *, progress: Callable[[str], None] | None = None,
-              every: int = 1000) -> tuple[list[Outcome], list[str]]:
+              every: int = 1000, restarts: bool = False) -> tuple[list[Outcome], list[str]]:
     """Run ``seeds``; the outcomes and, for each broken invariant, its text and the command that
     replays it."""
     outcomes: list[Outcome] = []
     broken: list[str] = []
     for done, seed in enumerate(seeds, 1):
         try:
-            outcomes.append(simulate(seed, ranks))
+            outcomes.append(simulate(seed, ranks, restarts=restarts))
         except InvariantBroken as exc:
-            broken.append(f"{exc}\n  replay: {replay_command(seed, ranks)}")
+            broken.append(f"{exc}\n  replay: {replay_command(seed, ranks, restarts)}")
         except Exception as exc:  # a handler that raised is a broken rule too
             broken.append(f"seed {seed}: the coordinator raised {type(exc).__name__}: {exc}\n"
-                          f"  replay: {replay_command(seed, ranks)}")
+                          f"  replay: {replay_command(seed, ranks, restarts)}")
         if progress is not None and done % every == 0:
             progress(f"{done}/{len(seeds)} seeds, {len(broken)} broken")
     return outcomes, broken
 
 
-def replay_command(seed: int, ranks: int | None = None) -> str:
-    return f"actorwire simulate --seed {seed}" + (f" --ranks {ranks}" if ranks else "")
+def replay_command(seed: int, ranks: int | None = None, restarts: bool = False) -> str:
+    return (f"actorwire simulate --seed {seed}" + (f" --ranks {ranks}" if ranks else "")
+            + (" --restarts" if restarts else ""))

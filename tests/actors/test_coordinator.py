@@ -504,9 +504,12 @@ def test_a_rank_whose_process_exited_before_joining_is_not_waited_for() -> None:
     # The workers were launched for three: the coordinator forms the group of two itself.
     assert any(isinstance(s.message, m.RequestNewNcclId) for s in out)
     assert h.actor.lost_at_start == {1: "killed by signal 9 before it joined"}
-    # The dead rank's late join (a delayed message) claims nothing.
+    # A new incarnation of rank 1 (restarted by its launcher) may join the running run; it waits for
+    # the next epoch. (A delayed join of the dead incarnation is refused by ctx.watch: its name is
+    # gone from the registry; see test_a_join_from_an_unregistered_sender_claims_nothing.)
     reply = h.ask(m.JoinRequest(rank=1, world_size=3, run_id=RUN, model_signature="s"), sender="worker/1")
-    assert isinstance(reply, m.JoinRejected)
+    assert reply == m.JoinAccepted(rank=1, world_size=3)
+    assert [r.rank for r in h.actor.alive()] == [0, 2] and h.actor.ranks[1].waiting
 
 
 def test_too_few_ranks_left_to_start_ends_the_run_at_once_naming_rank_and_phase() -> None:
@@ -574,6 +577,56 @@ def test_ranks_that_never_showed_up_count_as_lost_at_the_join_timeout() -> None:
 def test_min_world_size_is_validated() -> None:
     with pytest.raises(ValueError, match=r"min_world_size must be between 1 and world_size \(2\), got 3"):
         Coordinator(world_size=2, run_id="r", num_epochs=1, dataset_size=4, min_world_size=3)
+
+
+def test_a_restarted_rank_rejoins_at_the_next_epoch_and_gets_a_share_again() -> None:
+    """A rank restarted by torchrun or SLURM after a kill was refused for good (the name was taken,
+    then 'the run has started')."""
+    h = make(form_group=True, num_epochs=3)
+    join_all(h)
+    h.take()
+    h.down("worker/1", m.DownReason.DEAD, "status -9")
+    h.take()
+    assert h.ask(m.JoinRequest(rank=1, world_size=3, run_id=RUN, model_signature="sig"), sender="worker/1") == \
+        m.JoinAccepted(rank=1, world_size=3)
+    assert h.ask(m.JoinRequest(rank=1, world_size=3, run_id=RUN, model_signature="sig"), sender="worker/9") == \
+        m.JoinRejected(reason="rank 1 already joined (from 'worker/1')")  # one live incarnation at a time
+    h.advance(1.0)
+    assert "worker/1" in [t for t, _ in sent(h, m.CoordHeartbeat)]  # it hears the coordinator while it waits
+    for rank in (0, 2):  # the survivors finish epoch 0 and the slice of rank 1's rest each was handed
+        h.deliver(m.MetricsMsg(rank=rank, epoch=0, avg_loss=0.5, batches_processed=45, epoch_ms=100.0,
+                               samples_processed=45, share_complete_ms=100.0, extensions=1), sender=f"worker/{rank}")
+    out = h.take()
+    plans = {s.target: s.message for s in out if isinstance(s.message, m.StartEpoch) and s.target != "main"}
+    assert set(plans) == {"worker/0", "worker/1", "worker/2"} and all(p.epoch == 1 for p in plans.values())
+    assert any(isinstance(s.message, m.RequestNewNcclId) for s in out)  # the group takes it in
+
+
+def test_a_rank_declared_dead_that_speaks_again_is_told_to_leave_once() -> None:
+    """Stopped past the staleness timeout, then continued: it waited for plans that never came (a
+    revived SIGSTOPped worker crashed)."""
+    h = make()
+    join_all(h)
+    h.take()
+    for _ in range(4):  # ranks 0 and 2 beat; rank 1 is stopped
+        h.advance(1.0)
+        for rank in (0, 2):
+            h.deliver(m.Heartbeat(rank=rank, step_count=0), sender=f"worker/{rank}/heartbeat")
+    assert not h.actor.ranks[1].alive
+    h.take()
+    batch(h, 1)
+    batch(h, 1)
+    assert sent(h, m.Shutdown) == [("worker/1", m.Shutdown())]
+
+
+def test_a_tick_goes_on_past_a_rank_whose_name_is_already_gone() -> None:
+    """A heartbeat broadcast raised at the first rank that had just gone down, and the rest of the
+    tick (the staleness and rendezvous checks) did not run."""
+    h = make(staleness_timeout=1.5)
+    join_all(h)
+    h.ctx.known.discard("worker/0")  # its process died; its Down has not been handled yet
+    h.advance(2.0)
+    assert [r.rank for r in h.actor.alive()] == []  # the staleness check still ran for every rank
 
 
 def test_joined_ranks_get_coordinator_heartbeats_while_waiting() -> None:

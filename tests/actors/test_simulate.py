@@ -152,3 +152,20 @@ def test_a_rank_hung_outside_the_collective_is_not_dead_and_the_run_finishes() -
     sim = _run([Fault("hang", mid, 1, duration=15.0)])
     assert sim.coordinator.failures == 0 and isinstance(sim.ended, m.Shutdown)
     assert sim.ended_at < mid + 15.0 + 30.0
+
+
+def test_a_thousand_seeds_with_restarted_ranks_break_no_invariant() -> None:
+    """Each seed also kills one rank and starts it again, as torchrun or SLURM would: it rejoins."""
+    outcomes, broken = run_seeds(range(1000), restarts=True)
+    assert broken == []
+    assert sum(o.ended_by == "shutdown" for o in outcomes) > 850
+
+
+def test_a_restarted_rank_rejoins_and_trains_again() -> None:
+    mid = _mid_epoch()
+    sim = Simulation(7, faults=[Fault("restart", mid, 1, duration=0.5)], ranks=3, epochs=3, dataset=600)
+    sim.run()
+    state = sim.coordinator.ranks[1]
+    assert state.alive and not state.waiting and sim.ranks[1] is not sim.incarnations[1]
+    assert sim.ranks[1].trained  # the new incarnation trained a share of a later epoch
+    assert isinstance(sim.ended, m.Shutdown) and sim.coordinator.failures == 1
