@@ -16,21 +16,21 @@ batches, never behind a whole epoch.  Subclass it and give it the model::
 
 The all-reduce goes through a :class:`~actorwire.transport.comm.Communicator`
 (gloo by default) formed by the coordinator's ``NewNcclSession``.
+
+The decisions are :class:`~._rank.RankProtocol`'s, the machine the embedded
+``Worker`` and the simulator run too; this actor carries out its effects.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from actorwire.actors.control._rank_ops import (
-    run_checkpoint,
-    run_eval,
-    weighted_average,
-)
+from actorwire.actors.control import _rank
+from actorwire.actors.control._rank import Effect, RankProtocol
+from actorwire.actors.control._rank_ops import run_checkpoint, run_eval, weighted_average
 from actorwire.actors.runtime._actor import Actor, handler
 from actorwire.actors.runtime._context import Context
 from actorwire.messages import (
-    Batch,
     Checkpoint,
     CoordHeartbeat,
     DeclareDead,
@@ -38,27 +38,26 @@ from actorwire.messages import (
     EpochAggregated,
     EvalBroadcast,
     ExecuteEval,
-    Exiting,
     ExtendPartition,
     JoinAccepted,
     JoinRejected,
-    JoinRequest,
-    MetricsMsg,
-    NewNcclIdGenerated,
     NewNcclSession,
     RequestNewNcclId,
-    SessionFailed,
     SetEpochCallbackRole,
     SetGlobalStep,
     Shutdown,
     ShutdownWithSave,
     StartEpoch,
-    SyncAck,
     SyncNow,
     Throttle,
     TimerFired,
 )
+from actorwire.transport import ActorDead, UnknownActor
 from actorwire.transport.comm import CommError, Communicator
+
+_FROM_COORDINATOR = (StartEpoch, ExtendPartition, SyncNow, SetGlobalStep, SetEpochCallbackRole, EpochAggregated,
+                     EvalBroadcast, ExecuteEval, Checkpoint, RequestNewNcclId, NewNcclSession, DeclareDead,
+                     Shutdown, ShutdownWithSave, CoordHeartbeat)
 
 
 class GpuWorker(Actor):
@@ -66,7 +65,7 @@ class GpuWorker(Actor):
 
     def __init__(self, rank: int, world_size: int, run_id: str, *, batch_size: int = 32,
                  coordinator: str = "coordinator", model_signature: str = "", backend: str = "gloo",
-                 coordinator_timeout: float = 30.0) -> None:
+                 coordinator_timeout: float = 30.0, regroup_wait: float = 60.0) -> None:
         self.rank = rank
         self.world_size = world_size
         self.run_id = run_id
@@ -75,23 +74,32 @@ class GpuWorker(Actor):
         self.model_signature = model_signature
         self.backend = backend
         self.comm: Communicator | None = None
-        self.queue: list[tuple[int, int, int]] = []  # (epoch, next index, end) slices to train
-        self.epoch = -1
-        self.steps = 0
-        self.steps_since_sync = 0
-        self.epoch_batches = 0
-        self.epoch_loss = 0.0
-        self.epoch_samples = 0
-        self.extensions = 0
-        self.global_step = 0
-        self.epoch_role: int | None = None
-        self.aggregates: list[Any] = []
-        self.evals: list[tuple[int, float]] = []
-        self.stepping = False
         #: As the Worker: a coordinator silent this long (its CoordHeartbeat is every tick) is gone.
         self.coordinator_timeout = coordinator_timeout
-        self.coord_seen = 0.0
-        self.session_attempt = 0
+        self.protocol = RankProtocol(rank, world_size, coordinator=coordinator,
+                                     coordinator_timeout=coordinator_timeout, regroup_wait=regroup_wait)
+        self.stepping = False
+
+    # What tests and subclasses read, kept where they were.
+    @property
+    def steps(self) -> int:
+        return self.protocol.steps
+
+    @property
+    def global_step(self) -> int:
+        return self.protocol.global_step
+
+    @property
+    def epoch_role(self) -> int | None:
+        return self.protocol.epoch_role
+
+    @property
+    def aggregates(self) -> list[Any]:
+        return list(self.protocol.aggregated)
+
+    @property
+    def evals(self) -> list[tuple[int, float]]:
+        return list(self.protocol.evals)
 
     # -- for subclasses -------------------------------------------------------
 
@@ -123,8 +131,8 @@ class GpuWorker(Actor):
     def on_start(self, ctx: Context) -> None:
         self.setup()
         self.comm = self.make_communicator()
-        ctx.ask(self.coordinator, JoinRequest(rank=self.rank, world_size=self.world_size, run_id=self.run_id,
-                                              model_signature=self.model_signature), timeout=60)
+        request = self.protocol.join_request(run_id=self.run_id, model_signature=self.model_signature)
+        ctx.ask(self.coordinator, request, timeout=60)
 
     def on_stop(self, ctx: Context) -> None:
         if self.comm is not None:
@@ -132,151 +140,106 @@ class GpuWorker(Actor):
 
     @handler
     def on_joined(self, msg: JoinAccepted | JoinRejected, ctx: Context) -> None:
-        if isinstance(msg, JoinRejected):
-            ctx.log.error("the coordinator refused this rank", reason=msg.reason)
+        try:
+            self.protocol.join_reply(msg, ctx.now())
+        except _rank.WorkerError as exc:
+            ctx.log.error("the coordinator refused this rank", reason=str(exc))
             ctx.stop()
             return
         # As the Worker does: a coordinator that dies or goes silent ends this rank (it used to
         # wait for plans that would never come).
         ctx.watch(self.coordinator)
-        self.coord_seen = ctx.now()
         ctx.start_timer("coordinator-silence", min(1.0, self.coordinator_timeout / 2), periodic=True)
 
     @handler
     def on_coordinator_down(self, msg: Down, ctx: Context) -> None:
-        if msg.name == self.coordinator:
-            ctx.log.error("coordinator is down; stopping", reason=msg.reason.value)
-            ctx.stop()
+        self._run(ctx, self.protocol.receive(msg, ctx.now()))
 
     @handler
     def on_timer(self, msg: TimerFired, ctx: Context) -> None:
-        if msg.key == "coordinator-silence" and ctx.now() - self.coord_seen > self.coordinator_timeout:
-            ctx.log.error("coordinator silent; stopping", silent_s=round(ctx.now() - self.coord_seen, 1))
-            ctx.stop()
+        if msg.key == "coordinator-silence":
+            self._run(ctx, self.protocol.tick(ctx.now()))
+            self._schedule(ctx)  # a regrouping that timed out lets training go on
+
+    @handler
+    def on_control(self, msg: StartEpoch | ExtendPartition | SyncNow | SetGlobalStep | SetEpochCallbackRole
+                   | EpochAggregated | EvalBroadcast | ExecuteEval | Checkpoint | RequestNewNcclId | NewNcclSession
+                   | DeclareDead | Shutdown | ShutdownWithSave | CoordHeartbeat, ctx: Context) -> None:
+        self._run(ctx, self.protocol.receive(msg, ctx.now()))
+        self._schedule(ctx)
 
     # -- the loop: one batch per handler run ------------------------------------
 
-    @handler
-    def on_plan(self, msg: StartEpoch | ExtendPartition, ctx: Context) -> None:
-        self.coord_seen = ctx.now()
-        if isinstance(msg, StartEpoch):
-            self.epoch = msg.epoch
-            self.epoch_batches = self.epoch_samples = self.extensions = 0
-            self.epoch_loss = 0.0
-            self.epoch_started = ctx.now()
-            self.queue.append((msg.epoch, msg.partition_offset, msg.partition_offset + msg.partition_size))
-        else:
-            self.extensions += 1
-            self.queue.append((msg.epoch, msg.partition_offset, msg.partition_offset + msg.partition_size))
-        self._schedule(ctx)
-
     def _schedule(self, ctx: Context) -> None:
-        if not self.stepping and self.queue:
+        p = self.protocol
+        if not self.stepping and p.can_train and (p.current is not None or p.plans):
             self.stepping = True
             ctx.tell(ctx.name, Throttle())  # the next batch, after whatever is already queued
 
     @handler
     def on_step(self, msg: Throttle, ctx: Context) -> None:
         self.stepping = False
-        if not self.queue:
+        p = self.protocol
+        if not p.can_train:
             return
-        epoch, start, end = self.queue[0]
-        stop = min(start + self.batch_size, end)
-        t0 = ctx.now()
-        loss = float(self.train_batch(range(start, stop)))
-        batch_ms = (ctx.now() - t0) * 1000
-        self.steps += 1
-        self.steps_since_sync += 1
-        self.epoch_batches += 1
-        self.epoch_loss += loss
-        self.epoch_samples += stop - start
-        ctx.tell(self.coordinator, Batch(rank=self.rank, batch_ms=batch_ms, step_count=self.steps,
-                                         batch_loss=loss))
-        if stop < end:
-            self.queue[0] = (epoch, stop, end)
-        else:
-            self.queue.pop(0)
-            if not self.queue:
-                self._report(ctx, epoch)
+        if p.current is None:
+            self._run(ctx, p.start_plan(ctx.now()))
+        indices = p.take(self.batch_size)
+        if indices is not None:
+            t0 = ctx.now()
+            loss = float(self.train_batch(indices))
+            self._run(ctx, p.batch_done(ctx.now(), (ctx.now() - t0) * 1000, loss))
+        if p.current is not None and p.exhausted:
+            self._run(ctx, p.report_epoch(ctx.now()))  # as soon as its last batch is in
         self._schedule(ctx)
 
-    def _report(self, ctx: Context, epoch: int) -> None:
-        elapsed = (ctx.now() - getattr(self, "epoch_started", ctx.now())) * 1000
-        ctx.tell(self.coordinator, MetricsMsg(
-            rank=self.rank, epoch=epoch, avg_loss=self.epoch_loss / max(1, self.epoch_batches),
-            batches_processed=self.epoch_batches, epoch_ms=elapsed, samples_processed=self.epoch_samples,
-            share_complete_ms=elapsed, extensions=self.extensions))
-        self.epoch_batches = self.epoch_samples = self.extensions = 0
-        self.epoch_loss = 0.0
+    # -- effects -----------------------------------------------------------------
 
-    # -- control ----------------------------------------------------------------
-
-    @handler
-    def on_sync(self, msg: SyncNow, ctx: Context) -> None:
-        self.coord_seen = ctx.now()
-        params = self.parameters()
-        if params and self.comm is not None:
-            try:
-                weighted_average(self.comm, params, self.steps_since_sync)
-            except CommError as exc:
-                # Abandoned: the coordinator redoes the cycle once the group is re-formed. Said at
-                # once, as the Worker does: without a death, only this makes it re-form the group.
-                ctx.log.warning("all-reduce failed; asking for a new group", error=str(exc))
-                ctx.tell(self.coordinator, SessionFailed(rank=self.rank, attempt=self.session_attempt,
-                                                         reason=f"collective failed: {str(exc)[:300]}"))
-                return
-        self.steps_since_sync = 0
-        ctx.tell(self.coordinator, SyncAck(rank=self.rank, step_count=self.steps))
-
-    @handler
-    def on_rendezvous(self, msg: RequestNewNcclId | NewNcclSession | DeclareDead, ctx: Context) -> None:
-        self.coord_seen = ctx.now()
-        if self.comm is None:
-            return
-        if isinstance(msg, RequestNewNcclId):
-            try:
-                uid = self.comm.new_unique_id()
-            except CommError as exc:  # the coordinator tries the next rank after its rendezvous timeout
-                ctx.log.error("could not make the new process group's id", error=str(exc))
-                return
-            ctx.tell(self.coordinator, NewNcclIdGenerated(rank=self.rank, uid=uid, attempt=msg.attempt))
-        elif isinstance(msg, NewNcclSession):
-            self.session_attempt = max(self.session_attempt, msg.attempt)
-            try:
-                self.comm.init(msg.uid, msg.new_rank, msg.new_world_size)
-            except CommError as exc:
-                ctx.tell(self.coordinator, SessionFailed(rank=self.rank, attempt=msg.attempt, reason=str(exc)[:500]))
-        else:
-            self.comm.abort()
-
-    @handler
-    def on_eval(self, msg: ExecuteEval, ctx: Context) -> None:
-        self.coord_seen = ctx.now()
-        ctx.tell(self.coordinator, run_eval(self.rank, msg, self.evaluate))
-
-    @handler
-    def on_checkpoint(self, msg: Checkpoint, ctx: Context) -> None:
-        self.coord_seen = ctx.now()
-        ctx.tell(self.coordinator, run_checkpoint(self.rank, msg, self.checkpoint))
-
-    @handler
-    def on_info(self, msg: SetGlobalStep | SetEpochCallbackRole | EpochAggregated | EvalBroadcast | CoordHeartbeat,
-                ctx: Context) -> None:
-        self.coord_seen = ctx.now()
-        if isinstance(msg, SetGlobalStep):
-            self.global_step = msg.global_step
-        elif isinstance(msg, SetEpochCallbackRole):
-            self.epoch_role = msg.rank
-        elif isinstance(msg, EpochAggregated):
-            self.aggregates.append(msg.metrics)
-        elif isinstance(msg, EvalBroadcast):
-            self.evals.append((msg.epoch, msg.metric))
-
-    @handler
-    def on_end(self, msg: Shutdown | ShutdownWithSave, ctx: Context) -> None:
-        self.coord_seen = ctx.now()
-        if isinstance(msg, ShutdownWithSave):
-            ctx.log.warning("the coordinator ended the run", reason=msg.reason.value)
-        ctx.tell(self.coordinator, Exiting(rank=self.rank))
-        ctx.stop()
-
+    def _run(self, ctx: Context, effects: list[Effect]) -> None:
+        p = self.protocol
+        for effect in effects:
+            if isinstance(effect, _rank.Send):
+                try:
+                    ctx.tell(self.coordinator, effect.message)
+                except (ActorDead, UnknownActor) as exc:
+                    self._run(ctx, p.coordinator_gone(str(exc)))
+            elif isinstance(effect, _rank.AllReduce):
+                error = None
+                params = self.parameters()
+                if params and self.comm is not None:
+                    try:
+                        weighted_average(self.comm, params, effect.steps)
+                    except CommError as exc:
+                        error = str(exc)
+                self._run(ctx, p.sync_done(effect.cycle, error, ctx.now()))
+            elif isinstance(effect, _rank.FormGroup):
+                error = None
+                if self.comm is not None:
+                    s = effect.session
+                    try:
+                        self.comm.init(s.uid, s.new_rank, s.new_world_size)
+                    except CommError as exc:
+                        error = str(exc)
+                self._run(ctx, p.group_formed(effect.session.attempt, error, ctx.now()))
+            elif isinstance(effect, _rank.MakeGroupId):
+                if self.comm is None:
+                    continue
+                try:
+                    uid, error = self.comm.new_unique_id(), None
+                except CommError as exc:
+                    uid, error = None, str(exc)
+                self._run(ctx, p.group_id_made(effect.attempt, uid, error))
+            elif isinstance(effect, _rank.AbortGroup):
+                if self.comm is not None:
+                    self.comm.abort()
+            elif isinstance(effect, _rank.Evaluate):
+                self._run(ctx, p.evaluated(run_eval(self.rank, effect.request, self.evaluate)))
+            elif isinstance(effect, _rank.SaveCheckpoint):
+                self._run(ctx, p.checkpointed(run_checkpoint(self.rank, effect.request, self.checkpoint)))
+            elif isinstance(effect, _rank.Log):
+                getattr(ctx.log, effect.level)(effect.event, **effect.fields)
+            elif isinstance(effect, _rank.Ended):
+                if not effect.coordinator_gone:
+                    for said in p.exiting():
+                        self._run(ctx, [said])
+                ctx.stop()

@@ -1,9 +1,10 @@
 """A deterministic simulator of the control plane: the coordinator and N ranks in one process.
 
 The real :class:`~actorwire.actors.control._coordinator.Coordinator` runs under
-the test kit's virtual clock; each rank is a small model of the worker side
-(join, heartbeats, batches over its plan and the slices handed to it, the
-all-reduce, group formation, eval, checkpoint, leaving), and the network
+the test kit's virtual clock; each rank runs the real
+:class:`~actorwire.actors.control._rank.RankProtocol` (the code the Worker and
+the GpuWorker run), whose effects (batches, the all-reduce, group formation,
+eval, checkpoint) are played in simulated time, and the network
 between them delivers every message after a seeded delay, in order per link.
 A seeded schedule of faults hits the ranks at any moment (kill, pause,
 slowness, a delayed link), and the runtime's part is modelled too: a killed
@@ -38,7 +39,9 @@ from typing import Any
 
 from actorwire import messages as m
 from actorwire.actors import _names
+from actorwire.actors.control import _rank
 from actorwire.actors.control._coordinator import Coordinator
+from actorwire.actors.control._rank import Effect, RankProtocol
 from actorwire.actors.runtime._testkit import ActorHarness
 from actorwire.messages import ActorwireError
 
@@ -99,25 +102,24 @@ class _Group:
 
 
 class SimRank:
-    """The worker side of the protocol, as the real Worker plays it, on the simulator's clock."""
+    """One rank: the real :class:`~._rank.RankProtocol` makes every decision; this driver plays its
+    effects on the simulator's clock (batches take time, groups form when every member is in, an
+    all-reduce completes when every member entered it, or fails after the gloo timeout)."""
 
     def __init__(self, sim: Simulation, rank: int, batch_s: float) -> None:
         self.sim = sim
         self.rank = rank
         self.name = _names.worker(rank)
         self.batch_s = batch_s
+        self.protocol = RankProtocol(rank, sim.world, coordinator=COORD, coordinator_timeout=30.0,
+                                     regroup_wait=SESSION_WAIT)
         self.state = "starting"  # starting, joining, joined, exited, dead
         self.paused_until = 0.0
         self.declared_down = False
-        self.plans: list[tuple[int, int, int, bool]] = []  # (epoch, offset, size, is_extension)
-        self.current: list[Any] | None = None  # [epoch, slices, next slice, next sample, batches, ext]
-        self.steps = 0
         self.group: _Group | None = None
         self.position = -1
         self.syncing: int | None = None  # the cycle of the all-reduce it is in
-        self.sync_wait_until: float | None = None
         self.forming: tuple[_Group, float, int] | None = None  # group, deadline, attempt
-        self.attempt = 0
         self.busy = False  # a batch is scheduled
         # Forming a group and an all-reduce block the real worker's thread (gloo's init and
         # all_reduce are calls that return when every member is there, or fail after the gloo
@@ -131,6 +133,10 @@ class SimRank:
     @property
     def alive(self) -> bool:
         return self.state not in ("dead", "exited")
+
+    @property
+    def steps(self) -> int:
+        return self.protocol.steps
 
     def send(self, message: m.Message, *, corr: int = 0, sender: str | None = None) -> None:
         if self.alive and self.sim.now >= self.paused_until:
@@ -146,6 +152,40 @@ class SimRank:
             action()
         self.sim.after(delay, run)
 
+    def run(self, effects: list[Effect]) -> None:
+        """Carry out the protocol's effects as the real Worker does, in simulated time."""
+        p = self.protocol
+        for effect in effects:
+            if isinstance(effect, _rank.Send):
+                self.send(effect.message)
+            elif isinstance(effect, _rank.AllReduce):
+                self.enter_reduce(effect.cycle)
+            elif isinstance(effect, _rank.FormGroup):
+                self.join_group(effect.session)
+            elif isinstance(effect, _rank.MakeGroupId):
+                self.later(0.01, functools.partial(self._id_made, effect.attempt))
+            elif isinstance(effect, _rank.AbortGroup):
+                self.leave_group()
+            elif isinstance(effect, _rank.Evaluate):
+                self.later(0.02, functools.partial(self._evaluated, effect.request))
+            elif isinstance(effect, _rank.SaveCheckpoint):
+                self.later(0.02, functools.partial(self._checkpointed, effect.request))
+            elif isinstance(effect, _rank.Ended):
+                if not effect.coordinator_gone:
+                    self.run(p.exiting())
+                self.sim.process_exit(self, 0)
+
+    def _id_made(self, attempt: int) -> None:
+        self.run(self.protocol.group_id_made(attempt, f"g{next(self.sim.uids)}".encode(), None))
+
+    def _evaluated(self, request: m.ExecuteEval) -> None:
+        self.run(self.protocol.evaluated(m.EvalResult(rank=self.rank, schedule_id=request.schedule_id,
+                                                      epoch=request.epoch, metric=0.1, elapsed_ms=20.0)))
+
+    def _checkpointed(self, request: m.Checkpoint) -> None:
+        self.run(self.protocol.checkpointed(m.CheckpointResult(rank=self.rank, version=request.version,
+                                                               elapsed_ms=20.0, path="sim.pt")))
+
     # -- life -----------------------------------------------------------------------
 
     def start(self) -> None:
@@ -155,13 +195,23 @@ class SimRank:
             self.sim.at(self.paused_until, self.start)
             return
         self.state = "joining"
-        self.send(m.JoinRequest(rank=self.rank, world_size=self.sim.world, run_id=self.sim.run_id,
-                                model_signature="sim", dataset_size=self.sim.dataset), corr=1000 + self.rank)
+        self.send(self.protocol.join_request(run_id=self.sim.run_id, model_signature="sim",
+                                             dataset_size=self.sim.dataset), corr=1000 + self.rank)
 
     def beat(self) -> None:
+        """The heartbeat thread: it beats whatever the training thread does."""
         if self.state == "joined":
-            self.send(m.Heartbeat(rank=self.rank, step_count=self.steps), sender=_names.worker_heartbeat(self.rank))
+            self.send(self.protocol.heartbeat(), sender=_names.worker_heartbeat(self.rank))
             self.later(1.0, self.beat)
+
+    def tick(self) -> None:
+        """The training thread's own clock checks (coordinator silence, the regrouping deadline)."""
+        if self.state != "joined":
+            return
+        if not self.blocked:
+            self.run(self.protocol.tick(self.sim.now))
+            self.next_batch()
+        self.later(1.0, self.tick)
 
     def receive(self, message: m.Message) -> None:
         if not self.alive:
@@ -177,87 +227,52 @@ class SimRank:
             # its view, and the Worker ends the user's loop (shutting_down).
             self.state = "exited"
             return
-        if isinstance(message, m.JoinAccepted):
+        if isinstance(message, (m.JoinAccepted, m.JoinRejected)):
+            try:
+                self.protocol.join_reply(message, self.sim.now)
+            except _rank.WorkerError:
+                self.sim.process_exit(self, 1)
+                return
             self.state = "joined"
             self.later(1.0, self.beat)
-        elif isinstance(message, m.JoinRejected):
-            self.sim.process_exit(self, 1)
-        elif isinstance(message, m.StartEpoch):
-            self.plans.append((message.epoch, message.partition_offset, message.partition_size, False))
-            self.next_batch()
-        elif isinstance(message, m.ExtendPartition):
-            if self.current is not None and self.current[0] == message.epoch:
-                self.current[1].append((message.partition_offset, message.partition_size))
-            else:
-                self.plans.insert(0, (message.epoch, message.partition_offset, message.partition_size, True))
-            self.next_batch()
-        elif isinstance(message, m.SyncNow):
-            self.enter_reduce(message.cycle)
-        elif isinstance(message, m.RequestNewNcclId):
-            self.later(0.01, lambda: self.send(m.NewNcclIdGenerated(
-                rank=self.rank, uid=f"g{next(self.sim.uids)}".encode(), attempt=message.attempt)))
-        elif isinstance(message, m.NewNcclSession):
-            self.join_group(message)
-        elif isinstance(message, m.DeclareDead):
-            self.leave_group()
-        elif isinstance(message, m.ExecuteEval):
-            self.later(0.02, lambda: self.send(m.EvalResult(rank=self.rank, schedule_id=message.schedule_id,
-                                                            epoch=message.epoch, metric=0.1, elapsed_ms=20.0)))
-        elif isinstance(message, m.Checkpoint):
-            self.later(0.02, lambda: self.send(m.CheckpointResult(rank=self.rank, version=message.version,
-                                                                  elapsed_ms=20.0, path="sim.pt")))
-        elif isinstance(message, (m.Shutdown, m.ShutdownWithSave)):
-            self.send(m.Exiting(rank=self.rank))
-            self.sim.process_exit(self, 0)
+            self.later(1.0, self.tick)
+            return
+        self.run(self.protocol.receive(message, self.sim.now))
+        self.next_batch()
 
     def block(self) -> None:
         self.blocked = True
 
     def unblock(self) -> None:
         self.blocked = False
-        backlog, self.backlog = self.backlog, []
-        for message in backlog:
-            self.receive(message)
+        while self.backlog and not self.blocked:  # in order; a call that blocks again keeps the rest
+            self.receive(self.backlog.pop(0))
         self.next_batch()
 
     # -- training ---------------------------------------------------------------------
 
     def next_batch(self) -> None:
-        if self.busy or self.blocked or self.syncing is not None or self.state != "joined":
+        p = self.protocol
+        if self.busy or self.blocked or self.syncing is not None or self.state != "joined" or not p.can_train:
             return
-        if self.current is None:
-            if not self.plans:
+        if p.current is None:
+            self.run(p.start_plan(self.sim.now))
+            if p.current is None:
                 return
-            epoch, offset, size, is_ext = self.plans.pop(0)
-            self.current = [epoch, [(offset, size)], 0, offset, 0, is_ext]
-        epoch, slices, index, sample, batches, is_ext = self.current
-        while index < len(slices) and sample >= slices[index][0] + slices[index][1]:
-            index += 1
-            if index < len(slices):
-                sample = slices[index][0]
-        self.current[2], self.current[3] = index, sample
-        if index >= len(slices):  # the plan and the slices handed over so far: report the epoch
-            total = sum(size for _, size in slices)
-            self.send(m.MetricsMsg(rank=self.rank, epoch=epoch, avg_loss=0.5, batches_processed=batches,
-                                   epoch_ms=1.0, samples_processed=total, share_complete_ms=1.0,
-                                   extensions=len(slices) - 1 + (1 if is_ext else 0)))
-            self.current = None
+        plan = p.current
+        indices = p.take(self.sim.batch)
+        if indices is None:  # the plan and the slices handed over so far: report the epoch
+            self.run(p.report_epoch(self.sim.now))
             self.next_batch()
             return
-        start, size = slices[index]
-        end = min(sample + self.sim.batch, start + size)
         self.busy = True
 
         def done() -> None:
             self.busy = False
-            if self.current is None or self.current[0] != epoch:
+            if p.current is not plan:
                 return
-            self.trained.setdefault(epoch, set()).update(range(sample, end))
-            self.current[3] = end
-            self.current[4] += 1
-            self.steps += 1
-            self.send(m.Batch(rank=self.rank, batch_ms=self.batch_s * 1000, step_count=self.steps,
-                              batch_loss=0.5))
+            self.trained.setdefault(plan.epoch, set()).update(indices)
+            self.run(p.batch_done(self.sim.now, self.batch_s * 1000, 0.5))
             self.next_batch()
 
         self.later(self.batch_s * self.sim.slowness(self), done)
@@ -277,7 +292,7 @@ class SimRank:
             for member in list(group.members.values()):
                 if member.syncing == cycle:
                     member.syncing = None
-                    member.later(0.005, member.finish_reduce)
+                    member.later(0.005, functools.partial(member.finish_reduce, cycle))
             return
 
         def timeout() -> None:  # a member never came (stopped, or it left the group): gloo gives up
@@ -287,18 +302,16 @@ class SimRank:
 
         self.later(FORMATION_TIMEOUT, timeout)
 
-    def finish_reduce(self) -> None:
-        self.send(m.SyncAck(rank=self.rank, step_count=self.steps))
+    def finish_reduce(self, cycle: int) -> None:
+        self.run(self.protocol.sync_done(cycle, None, self.sim.now))
         self.unblock()
 
     def fail_reduce(self, cycle: int) -> None:
-        """The reduce cannot complete (a member is gone): abandon it and wait for a new group."""
+        """The reduce cannot complete (a member is gone): the collective's error returns to the loop."""
         self.syncing = None
+        self.run(self.protocol.sync_done(cycle, "collective failed", self.sim.now))
         if self.blocked:
-            self.later(0.0, self.unblock)  # the collective's error returns the thread to the loop
-        self.sync_wait_until = self.sim.now + SESSION_WAIT
-        # As the Worker does: the failure is reported at once, and the rank waits for a new group.
-        self.send(m.SessionFailed(rank=self.rank, attempt=self.attempt, reason="collective failed"))
+            self.later(0.0, self.unblock)
 
     def leave_group(self) -> None:
         group = self.group
@@ -310,7 +323,6 @@ class SimRank:
         self.group = None
 
     def join_group(self, session: m.NewNcclSession) -> None:
-        self.attempt = max(self.attempt, session.attempt)
         self.leave_group()
         group = self.sim.groups.setdefault(session.uid, _Group(session.uid, session.new_world_size))
         group.members[session.new_rank] = self
@@ -325,17 +337,23 @@ class SimRank:
         def timeout() -> None:
             if self.forming is not None and self.forming[0] is group and not group.formed:
                 self.forming = None
-                self.send(m.SessionFailed(rank=self.rank, attempt=session.attempt, reason="formation timed out"))
+                self.run(self.protocol.group_formed(session.attempt, "formation timed out", self.sim.now))
                 self.unblock()
 
         self.later(FORMATION_TIMEOUT, timeout)
 
     def formed(self, group: _Group) -> None:
+        attempt = self.forming[2] if self.forming is not None else self.protocol.session_attempt
         self.forming = None
         self.group = group
         self.position = next(p for p, r in group.members.items() if r is self)
-        self.sync_wait_until = None
-        self.later(0.0, self.unblock)
+
+        def resume() -> None:  # the group's init returns: the protocol hears it first, then the inbox
+            self.blocked = False
+            self.run(self.protocol.group_formed(attempt, None, self.sim.now))
+            self.unblock()
+
+        self.later(0.0, resume)
 
 
 class Simulation:

@@ -21,10 +21,7 @@ death record is written, and the process exits non-zero.
 
 from __future__ import annotations
 
-import collections
-import dataclasses
 import json
-import math
 import os
 import pathlib
 import socket
@@ -35,77 +32,19 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from actorwire.actors import _names
-from actorwire.actors.control._rank_ops import (
-    run_checkpoint,
-    run_eval,
-    weighted_average,
-)
-from actorwire.messages import (
-    ActorwireError,
-    Batch,
-    Checkpoint,
-    CoordHeartbeat,
-    DeclareDead,
-    Down,
-    EpochAggregated,
-    EpochFnElapsed,
-    EpochMetrics,
-    EvalBroadcast,
-    ExecuteEval,
-    Exiting,
-    ExtendPartition,
-    Heartbeat,
-    Intent,
-    IntentKind,
-    JoinRejected,
-    JoinRequest,
-    LrUpdate,
-    Message,
-    MetricsMsg,
-    NewNcclIdGenerated,
-    NewNcclSession,
-    RequestNewNcclId,
-    SaveReason,
-    ScalarSum,
-    SessionFailed,
-    SetEpochCallbackRole,
-    SetGlobalStep,
-    Shutdown,
-    ShutdownWithSave,
-    StartEpoch,
-    SyncAck,
-    SyncNow,
-    UsageError,
-)
+from actorwire.actors.control import _rank
+from actorwire.actors.control._rank import Effect, Plan, RankProtocol, WorkerError
+from actorwire.actors.control._rank_ops import run_checkpoint, run_eval, weighted_average
+from actorwire.messages import EpochMetrics, IntentKind, SaveReason, ShutdownWithSave
 from actorwire.transport import ActorDead, SystemClosed, UnknownActor
 from actorwire.transport._errors import InvalidArgument
 from actorwire.transport._log import get_logger
 from actorwire.transport._settings import settings
 from actorwire.transport.comm import CommError, Communicator, GlooCommunicator
 
+__all__ = ["Plan", "Worker", "WorkerError"]
+
 _SESSION_WAIT_S = 60.0
-
-
-@dataclasses.dataclass
-class Plan:
-    """One epoch's work for this rank: ``size`` samples from ``offset``, plus extensions."""
-
-    epoch: int
-    offset: int
-    size: int
-    #: ``(offset, size)`` slices of dead ranks' work handed to this rank during the epoch.
-    extensions: list[tuple[int, int]] = dataclasses.field(default_factory=list)
-    started: float = 0.0
-    #: This plan is itself a slice handed over after this rank had reported the epoch.
-    is_extension: bool = False
-
-    @property
-    def total(self) -> int:
-        return self.size + sum(n for _, n in self.extensions)
-
-
-class WorkerError(ActorwireError, RuntimeError):
-    """The coordinator refused this worker, or went away."""
 
 
 class Worker:
@@ -113,6 +52,9 @@ class Worker:
 
     ``dataset_size``, the samples this rank's data holds, is checked at the join: data shorter than
     the run's dataset is refused there, naming both sizes, instead of training empty slices.
+
+    The decisions are :class:`~._rank.RankProtocol`'s (the same machine the ``GpuWorker`` actor and
+    the simulator run); this class carries out its effects from the training thread.
     """
 
     def __init__(
@@ -134,11 +76,9 @@ class Worker:
         heartbeat_interval: float = 1.0,
         dataset_size: int | None = None,
     ) -> None:
-        from actorwire.actors.runtime._launch import attach
+        from actorwire.actors.runtime._launch import attach, launch_env
 
         self.system = system if system is not None else attach()
-        from actorwire.actors.runtime._launch import launch_env
-
         found = launch_env()  # ours, torchrun's or SLURM's
         self.rank = rank if rank is not None else (found.rank if found.rank is not None else 0)
         self.world_size = world_size if world_size is not None else (found.world_size or 1)
@@ -153,41 +93,21 @@ class Worker:
         self.checkpoint_fn = checkpoint_fn
         self.epoch_fn = epoch_fn
         self.coordinator_timeout = coordinator_timeout
+        self.protocol = RankProtocol(self.rank, self.world_size, coordinator=coordinator,
+                                     coordinator_timeout=coordinator_timeout, regroup_wait=_SESSION_WAIT_S)
         self._snapshot: Any = None
-        self._session_attempt = 0
         self.death_dir = death_dir or settings().death_dir or tempfile.gettempdir()
         self.log = get_logger(role="worker", rank=self.rank)
         self.name = _names.worker(self.rank)
         self.inbox = self.system.inbox(self.name)
-        self._plans: collections.deque[Plan] = collections.deque()
-        self._current: Plan | None = None
-        self._metrics: collections.deque[EpochMetrics] = collections.deque()
-        self._evals: collections.deque[tuple[int, float]] = collections.deque()
-        self._aggregated: EpochMetrics | None = None
-        self._shutdown: Shutdown | ShutdownWithSave | None = None
-        self._scalars: dict[str, list[float]] = {}
-        self._steps = 0
-        self._steps_since_sync = 0
-        self.global_step = 0
-        self.epoch_role: int | None = None
-        self._epoch_batches = 0
-        self._epoch_loss = 0.0
-        self._compute_ms = 0.0
-        self._data_ms = 0.0
-        self._last_batch_end = 0.0
-        self._coord_seen = time.monotonic()
-        self._last_lr: float | None = None
         self._finished = False
-        self._exiting_sent = False
         self.system.wait_for(coordinator, timeout=join_timeout)
         signature = model_signature if model_signature is not None else _model_signature(model)
-        reply = self.inbox.ask(coordinator, JoinRequest(rank=self.rank, world_size=self.world_size,
-                                                        run_id=self.system.run_id, model_signature=signature,
-                                                        host=socket.gethostname(), pid=os.getpid(),
-                                                        dataset_size=dataset_size or 0),
-                               timeout=join_timeout)
-        if isinstance(reply, JoinRejected):
-            raise WorkerError(f"the coordinator refused rank {self.rank}: {reply.reason}")
+        request = self.protocol.join_request(run_id=self.system.run_id, model_signature=signature,
+                                             host=socket.gethostname(), pid=os.getpid(),
+                                             dataset_size=dataset_size or 0)
+        reply = self.inbox.ask(coordinator, request, timeout=join_timeout)
+        self.protocol.join_reply(reply, time.monotonic())  # a refusal raises WorkerError with the reason
         self.inbox.watch(coordinator)
         # A rank blocked in a long step or a collective still reports in from a
         # thread of its own, so the coordinator tells slow from dead; the
@@ -201,146 +121,95 @@ class Worker:
     def _beat(self, interval: float) -> None:
         while not self._beating.wait(interval):
             try:
-                self._beat_box.tell(self.coordinator, Heartbeat(rank=self.rank, step_count=self._steps),
-                                    timeout=interval)
+                self._beat_box.tell(self.coordinator, self.protocol.heartbeat(), timeout=interval)
             except Exception:  # the coordinator is gone or the system is closing: the loop will notice
                 return
+
+    # -- what the protocol knows ---------------------------------------------------------
+
+    @property
+    def global_step(self) -> int:
+        return self.protocol.global_step
+
+    @property
+    def epoch_role(self) -> int | None:
+        return self.protocol.epoch_role
+
+    @property
+    def shutting_down(self) -> bool:
+        return self.protocol.ended is not None
 
     # -- the loop ---------------------------------------------------------------
 
     def next_plan(self, timeout: float | None = None) -> Plan | None:
         """The next epoch's plan, or None once the run is over.  Keeps serving control while it waits."""
         deadline = None if timeout is None else time.monotonic() + timeout
-        while not self._plans:
-            if self._shutdown is not None:
+        p = self.protocol
+        while not p.plans:
+            if p.ended is not None:
                 return None
             wait = 0.2 if deadline is None else min(0.2, max(0.0, deadline - time.monotonic()))
             self._pump(wait)
-            if deadline is not None and time.monotonic() >= deadline:
+            if deadline is not None and time.monotonic() >= deadline and not p.plans:
                 return None
-        plan = self._plans.popleft()
-        plan.started = time.monotonic()
-        self._current = plan
-        self._epoch_batches = 0
-        self._epoch_loss = 0.0
-        self._compute_ms = self._data_ms = 0.0
-        self._last_batch_end = plan.started
-        if self.epoch_fn is not None and self.epoch_role == self.rank:
-            t0 = time.monotonic()
-            self.epoch_fn(plan.epoch)
-            self._tell(EpochFnElapsed(rank=self.rank, epoch=plan.epoch,
-                                                            elapsed_ms=(time.monotonic() - t0) * 1000))
-        return plan
+        self._run(p.start_plan(time.monotonic()))
+        return p.current
 
     def batches(self, plan: Plan, batch_size: int) -> Iterator[range]:
         """Index ranges of ``batch_size`` over the plan, then over slices handed over meanwhile."""
         if batch_size < 1:
             raise InvalidArgument(f"batch_size must be >= 1, got {batch_size}")
-        slices = [(plan.offset, plan.size)]
-        done = 0
-        while True:
-            while done < len(slices):
-                start, size = slices[done]
-                done += 1
-                for first in range(start, start + size, batch_size):
-                    yield range(first, min(first + batch_size, start + size))
-            self._pump(0.0)  # a dead rank's remainder may have arrived
-            more = plan.extensions[len(slices) - 1:]
-            if not more or self._shutdown is not None:
-                return
-            slices.extend(more)
+        p = self.protocol
+        while p.current is plan and p.ended is None:
+            indices = p.take(batch_size)
+            if indices is None:
+                self._pump(0.0)  # a dead rank's remainder may have arrived
+                indices = p.take(batch_size)
+                if indices is None:
+                    return
+            yield indices
 
     def report_timing(self, batch_ms: float, batch_loss: float, *, data_ms: float = 0.0, lr: float | None = None,
                       param_norm: float | None = None) -> None:
         """One batch done: ``Batch`` (then ``LrUpdate``), then serve any control that arrived."""
-        if not math.isfinite(batch_loss):  # never an epoch row: the run's weights are broken from here
-            raise WorkerError(f"rank {self.rank}: the loss of batch {self._epoch_batches + 1} of epoch "
-                              f"{self._current.epoch if self._current else '?'} is {batch_loss}")
-        self._steps += 1
-        self._steps_since_sync += 1
-        self._epoch_batches += 1
-        self._epoch_loss += batch_loss
-        self._compute_ms += batch_ms
-        self._data_ms += data_ms
-        self._last_batch_end = time.monotonic()
-        tell = self.inbox.tell
-        try:
-            tell(self.coordinator, Batch(rank=self.rank, batch_ms=batch_ms, step_count=self._steps,
-                                         batch_loss=batch_loss, data_ms=data_ms, param_norm=param_norm))
-            if lr is not None and lr != self._last_lr:
-                # The coordinator caches the latest LR per rank, so an unchanged LR is not
-                # sent again (it halves the cost of a step under a constant LR).
-                self._last_lr = lr
-                tell(self.coordinator, LrUpdate(rank=self.rank, lr=lr))
-        except (ActorDead, UnknownActor, SystemClosed) as exc:
-            self._coordinator_gone(exc)
+        self._run(self.protocol.batch_done(time.monotonic(), batch_ms, batch_loss, data_ms=data_ms, lr=lr,
+                                           param_norm=param_norm))
         if len(self.inbox):
             self._pump(0.0)
 
-    def _tell(self, message: Message) -> None:
-        """Tell the coordinator; if it is gone, the run is over for this rank (``shutting_down``)."""
-        try:
-            self.inbox.tell(self.coordinator, message)
-        except (ActorDead, UnknownActor, SystemClosed) as exc:
-            self._coordinator_gone(exc)
-
-    def _coordinator_gone(self, exc: Exception) -> None:
-        if self._shutdown is None:
-            self.log.error("coordinator is gone; shutting down locally", error=str(exc))
-            self._shutdown = Shutdown()
-
     def record_scalar(self, name: str, value: float) -> None:
-        acc = self._scalars.get(name)
-        if acc is None:
-            self._scalars[name] = [float(value), 1.0]
-        else:
-            acc[0] += value
-            acc[1] += 1
+        self.protocol.record_scalar(name, value)
 
     def report_epoch(self, plan: Plan | None = None, *, samples: int | None = None) -> None:
         """The plan is done: send ``MetricsMsg`` with this epoch's loss, timings and scalars."""
-        plan = plan or self._current
-        if plan is None:
-            raise UsageError("report_epoch() before next_plan()")
-        elapsed = (self._last_batch_end - plan.started) * 1000
-        batches = self._epoch_batches
-        covered = len(plan.extensions) + (1 if plan.is_extension else 0)
-        self._tell(MetricsMsg(
-            rank=self.rank, epoch=plan.epoch, avg_loss=self._epoch_loss / batches if batches else 0.0,
-            batches_processed=batches, epoch_ms=max(0.0, (time.monotonic() - plan.started) * 1000),
-            samples_processed=plan.total if samples is None else samples, share_complete_ms=max(0.0, elapsed),
-            compute_only_ms=self._compute_ms, data_starve_ms=self._data_ms,
-            scalars={k: ScalarSum(sum=v[0], count=int(v[1])) for k, v in self._scalars.items()},
-            extensions=covered))
-        self._scalars = {}
-        self._current = None
+        self._run(self.protocol.report_epoch(time.monotonic(), samples=samples))
         self._pump(0.0)
 
     def request_eval(self) -> None:
         """Ask for an eval at the next epoch boundary (on the elected rank, not necessarily this one)."""
-        self._tell(Intent(rank=self.rank, kind=IntentKind.EVAL_NOW))
+        self._run(self.protocol.intent(IntentKind.EVAL_NOW))
 
     def request_checkpoint(self) -> None:
-        self._tell(Intent(rank=self.rank, kind=IntentKind.CHECKPOINT_NOW))
+        self._run(self.protocol.intent(IntentKind.CHECKPOINT_NOW))
 
     # -- what the coordinator said ----------------------------------------------------
 
     def aggregated_metrics(self) -> EpochMetrics | None:
         """The latest epoch aggregate."""
-        return self._aggregated
+        return self.protocol.latest
 
     def poll_metrics(self) -> list[EpochMetrics]:
         """Epoch aggregates received since the last call; never blocks."""
         self._pump(0.0)
-        out = list(self._metrics)
-        self._metrics.clear()
+        out = list(self.protocol.aggregated)
+        self.protocol.aggregated.clear()
         return out
 
     def poll_eval(self) -> list[tuple[int, float]]:
         """``(epoch, metric)`` of evals broadcast since the last call; never blocks."""
         self._pump(0.0)
-        out = list(self._evals)
-        self._evals.clear()
+        out = list(self.protocol.evals)
+        self.protocol.evals.clear()
         return out
 
     def drain_pending_shutdown(self) -> SaveReason | None:
@@ -349,13 +218,8 @@ class Worker:
             self._pump(0.0)
         except Exception:  # teardown after an error: the queued message matters more
             self.log.exception("control pump failed while draining")
-        if isinstance(self._shutdown, ShutdownWithSave):
-            return self._shutdown.reason
-        return None
-
-    @property
-    def shutting_down(self) -> bool:
-        return self._shutdown is not None
+        ended = self.protocol.ended
+        return ended.reason if isinstance(ended, ShutdownWithSave) else None
 
     def compute_param_norm(self) -> float:
         """L2 norm of all parameters (``torch._foreach_norm``: one kernel per device, not per tensor)."""
@@ -423,10 +287,9 @@ class Worker:
 
     def report_exiting(self) -> None:
         """Say this rank is leaving cleanly.  Only on success: an error path must not call it."""
-        if not self._exiting_sent:
-            self._exiting_sent = True
+        for effect in self.protocol.exiting():
             try:
-                self.inbox.tell(self.coordinator, Exiting(rank=self.rank), timeout=5)
+                self.inbox.tell(self.coordinator, effect.message, timeout=5)  # type: ignore[union-attr]
             except Exception:
                 self.log.warning("coordinator gone; Exiting not delivered")
 
@@ -460,141 +323,80 @@ class Worker:
     def _write_death_record(self, exc: Any) -> str:
         path = pathlib.Path(self.death_dir) / f"actorwire-{self.system.run_id}-rank{self.rank}.death.json"
         try:
-            path.write_text(json.dumps({"rank": self.rank, "run_id": self.system.run_id, "steps": self._steps,
+            path.write_text(json.dumps({"rank": self.rank, "run_id": self.system.run_id, "steps": self.protocol.steps,
                                         "error": repr(exc) if exc is not None else "left without finish()",
                                         "wall_time": time.time()}, indent=2))
         except OSError:
             return ""
         return str(path)
 
-    # -- control -----------------------------------------------------------------------
+    # -- control: carrying out the protocol's effects ---------------------------------------
 
     def _pump(self, wait: float) -> None:
-        """Serve every control message waiting (waiting up to ``wait`` s for the first one)."""
-        first = self.inbox.get(timeout=wait) if wait > 0 else self.inbox.poll()
-        item = first
+        """Serve every control message waiting (waiting up to ``wait`` s for the first one); while
+        the protocol waits for a new group after a failed all-reduce, keep serving until it is in."""
+        p = self.protocol
+        item = self.inbox.get(timeout=wait) if wait > 0 else self.inbox.poll()
         while item is not None:
-            self._handle(item.message)
+            self._run(p.receive(item.message, time.monotonic()))
             item = self.inbox.poll()
-        if time.monotonic() - self._coord_seen > self.coordinator_timeout and self._shutdown is None:
-            self.log.error("coordinator silent; shutting down locally", silent_s=self.coordinator_timeout)
-            self._shutdown = Shutdown()
+        while p.regrouping:  # the training thread waits here, as it would inside the collective
+            item = self.inbox.get(timeout=0.2)
+            if item is not None:
+                self._run(p.receive(item.message, time.monotonic()))
+            self._run(p.tick(time.monotonic()))
+        self._run(p.tick(time.monotonic()))
 
-    def _handle(self, msg: Message) -> None:
-        self._coord_seen = time.monotonic()
-        if isinstance(msg, StartEpoch):
-            if self._plans:
-                self.log.warning("a new epoch plan arrived before the previous one was consumed", epoch=msg.epoch)
-            self._plans.append(Plan(msg.epoch, msg.partition_offset, msg.partition_size))
-        elif isinstance(msg, ExtendPartition):
-            current = self._current
-            if current is not None and current.epoch == msg.epoch:
-                current.extensions.append((msg.partition_offset, msg.partition_size))
-            else:
-                # This rank already reported the epoch: the slice is more work for that
-                # epoch, served before the next epoch's plan and reported on its own.
-                self._plans.appendleft(Plan(msg.epoch, msg.partition_offset, msg.partition_size,
-                                            is_extension=True))
-        elif isinstance(msg, SyncNow):
-            if not self._exiting_sent:
-                self._sync(msg)
-        elif isinstance(msg, SetGlobalStep):
-            self.global_step = msg.global_step
-        elif isinstance(msg, SetEpochCallbackRole):
-            self.epoch_role = msg.rank
-        elif isinstance(msg, EpochAggregated):
-            self._aggregated = msg.metrics
-            self._metrics.append(msg.metrics)
-        elif isinstance(msg, EvalBroadcast):
-            self._evals.append((msg.epoch, msg.metric))
-        elif isinstance(msg, ExecuteEval):
-            self._run_eval(msg)
-        elif isinstance(msg, Checkpoint):
-            self._run_checkpoint(msg)
-        elif isinstance(msg, RequestNewNcclId):
-            if self.comm is not None:
+    def _run(self, effects: list[Effect]) -> None:
+        p = self.protocol
+        for effect in effects:
+            now = time.monotonic
+            if isinstance(effect, _rank.Send):
                 try:
-                    uid = self.comm.new_unique_id()
-                except CommError as exc:  # the coordinator tries the next rank after its rendezvous timeout
-                    self.log.error("could not make the new process group's id", attempt=msg.attempt, error=str(exc))
-                    return
-                self._tell(NewNcclIdGenerated(rank=self.rank, uid=uid, attempt=msg.attempt))
-        elif isinstance(msg, NewNcclSession):
-            self._session_attempt = max(self._session_attempt, msg.attempt)
-            if self.comm is not None:
+                    self.inbox.tell(self.coordinator, effect.message)
+                except (ActorDead, UnknownActor, SystemClosed) as exc:
+                    self._run(p.coordinator_gone(str(exc)))
+            elif isinstance(effect, _rank.AllReduce):
+                error = None
+                if self.comm is not None and self.model is not None:
+                    try:
+                        weighted_average(self.comm, list(self.model.parameters()), effect.steps)
+                    except CommError as exc:
+                        error = str(exc)
+                self._run(p.sync_done(effect.cycle, error, now()))
+            elif isinstance(effect, _rank.FormGroup):
+                error = None
+                if self.comm is not None:
+                    s = effect.session
+                    try:
+                        self.comm.init(s.uid, s.new_rank, s.new_world_size)
+                    except CommError as exc:
+                        error = str(exc)
+                self._run(p.group_formed(effect.session.attempt, error, now()))
+            elif isinstance(effect, _rank.MakeGroupId):
+                if self.comm is None:
+                    continue  # no group to form here: the coordinator asks another rank
                 try:
-                    self.comm.init(msg.uid, msg.new_rank, msg.new_world_size)
+                    uid, error = self.comm.new_unique_id(), None
                 except CommError as exc:
-                    self.log.warning("could not join the new process group", attempt=msg.attempt, error=str(exc))
-                    self._tell(SessionFailed(rank=self.rank, attempt=msg.attempt,
-                                                                    reason=str(exc)[:500]))
-        elif isinstance(msg, DeclareDead):
-            if self.comm is not None:
-                self.comm.abort()
-        elif isinstance(msg, (Shutdown, ShutdownWithSave)):
-            self._shutdown = msg
-        elif isinstance(msg, Down) and msg.name == self.coordinator:
-            self.log.error("coordinator is down; shutting down locally", reason=msg.reason.value)
-            self._shutdown = self._shutdown or Shutdown()
-        elif isinstance(msg, (CoordHeartbeat, Heartbeat)):
-            pass
-
-    def _run_eval(self, msg: ExecuteEval) -> None:
-        self._tell(run_eval(self.rank, msg, self.eval_fn))
-
-    def _run_checkpoint(self, msg: Checkpoint) -> None:
-        self._tell(run_checkpoint(self.rank, msg, self.checkpoint_fn))
-
-    def _sync(self, msg: SyncNow) -> None:
-        """Work-weighted all-reduce: each rank weighs its parameters by its steps since the last sync."""
-        if self.comm is not None and self.model is not None:
-            try:
-                self._weighted_average()
-            except CommError as exc:
-                # A peer died mid-reduce.  The reduce is abandoned, not retried: the
-                # survivors may have left it at different points.  Once the group is
-                # re-formed the coordinator starts a new cycle that every survivor joins.
-                self.log.warning("all-reduce failed; asking for a new group", error=str(exc), cycle=msg.cycle)
-                # Said at once, not after a wait: when no death explains the failure (a hung
-                # peer, a collective error), only this report makes the coordinator re-form the
-                # group, so a stuck collective costs the communicator's timeout, not minutes.
-                # After a death the coordinator is re-forming already and takes this as said.
-                self._tell(SessionFailed(rank=self.rank, attempt=self._session_attempt,
-                                         reason=f"collective failed: {str(exc)[:300]}"))
-                if not self._wait_for_session(time.monotonic() + _SESSION_WAIT_S) and self._shutdown is None:
-                    self.log.error("no new process group in time", waited_s=_SESSION_WAIT_S)
-                return
-        self._steps_since_sync = 0
-        self._tell(SyncAck(rank=self.rank, step_count=self._steps))
-
-    def _weighted_average(self) -> None:
-        weighted_average(self.comm, list(self.model.parameters()), self._steps_since_sync)  # type: ignore[arg-type]
-
-    def _wait_for_session(self, deadline: float) -> bool:
-        """Serve control until the process group is re-formed; False on timeout or shutdown."""
-        deferred: list[Message] = []
-        try:
-            while time.monotonic() < deadline:
-                item = self.inbox.get(timeout=0.2)
-                if item is None:
-                    continue
-                msg = item.message
-                if isinstance(msg, NewNcclSession):
-                    self._handle(msg)
-                    if self.comm is not None and self.comm.ready:
-                        return True
-                    continue  # joining failed and was reported: the coordinator sends another session
-                if isinstance(msg, (Shutdown, ShutdownWithSave, RequestNewNcclId, DeclareDead, Down,
-                                    ExtendPartition, CoordHeartbeat)):
-                    self._handle(msg)
-                    if self._shutdown is not None:
-                        return False
-                else:
-                    deferred.append(msg)
-            return False
-        finally:
-            for msg in deferred:
-                self._handle(msg)
+                    uid, error = None, str(exc)
+                self._run(p.group_id_made(effect.attempt, uid, error))
+            elif isinstance(effect, _rank.AbortGroup):
+                if self.comm is not None:
+                    self.comm.abort()
+            elif isinstance(effect, _rank.Evaluate):
+                self._run(p.evaluated(run_eval(self.rank, effect.request, self.eval_fn)))
+            elif isinstance(effect, _rank.SaveCheckpoint):
+                self._run(p.checkpointed(run_checkpoint(self.rank, effect.request, self.checkpoint_fn)))
+            elif isinstance(effect, _rank.RunEpochFn):
+                if self.epoch_fn is not None:
+                    t0 = now()
+                    self.epoch_fn(effect.epoch)
+                    self._run(p.epoch_fn_done(effect.epoch, (now() - t0) * 1000))
+            elif isinstance(effect, _rank.Log):
+                getattr(self.log, effect.level)(effect.event, **effect.fields)
+            elif isinstance(effect, _rank.Ended):
+                pass  # shutting_down is true now; the user's loop ends at its next next_plan()
 
 
 def _model_signature(model: Any) -> str:

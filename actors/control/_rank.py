@@ -1,0 +1,500 @@
+"""The rank side of the coordinator protocol, sans-IO: one state machine that every rank runs.
+
+:class:`RankProtocol` holds what a data-parallel rank knows (its plans, its
+steps since the last sync, the group attempt it is in, whether the run is
+over) and decides what to do about each input.  It does no I/O and reads no
+clock: every input carries ``now``, every decision comes back as a list of
+effects for the driver to carry out, and the result of any effect that takes
+time (an all-reduce, forming a group, an eval, a checkpoint) comes back as one
+more input.  Three drivers run it:
+
+* :class:`~actorwire.actors.control._worker.Worker`, from the user's training loop;
+* :class:`~actorwire.actors.control._gpu_worker.GpuWorker`, as an actor, one batch per handler;
+* the deterministic simulator (``_simulate.py``), on a virtual clock with simulated groups.
+
+So the simulator's thousands of seeded runs exercise the same decisions the
+real ranks make.  Inputs and their effects:
+
+=========================  ==================================================================
+input                      effects
+=========================  ==================================================================
+``receive(StartEpoch)``     the plan is queued; ``start_plan()`` hands it to the loop
+``receive(SyncNow)``        :class:`AllReduce`, whose result is ``sync_done()``:
+                            :class:`Send` ``SyncAck``, or ``SessionFailed`` and *regrouping*
+``receive(NewNcclSession)`` :class:`FormGroup`; ``group_formed()``: nothing, or ``SessionFailed``
+``receive(RequestNewNcclId)`` :class:`MakeGroupId`; ``group_id_made()``: ``NewNcclIdGenerated``
+``receive(ExecuteEval)``    :class:`Evaluate`; ``evaluated()`` sends the result
+``receive(Checkpoint)``     :class:`SaveCheckpoint`; ``checkpointed()`` sends the result
+``receive(DeclareDead)``    :class:`AbortGroup`
+``receive(Shutdown...)``    :class:`Ended`
+``receive(Down)``           :class:`Ended` when the coordinator is down
+``tick()``                  :class:`Ended` after ``coordinator_timeout`` of silence; the end
+                            of a regrouping that waited ``regroup_wait``
+=========================  ==================================================================
+
+While *regrouping* (an all-reduce failed; the rank waits for the new group),
+only what forms or ends a group is served; the rest (plans, syncs, evals) is
+kept, in order, and served once the group is formed or the wait ends.
+"""
+
+from __future__ import annotations
+
+import collections
+import dataclasses
+import math
+from typing import Any
+
+from actorwire.messages import (
+    ActorwireError,
+    Batch,
+    Checkpoint,
+    CheckpointResult,
+    CoordHeartbeat,
+    DeclareDead,
+    Down,
+    EpochAggregated,
+    EpochFnElapsed,
+    EpochMetrics,
+    EvalBroadcast,
+    EvalResult,
+    ExecuteEval,
+    Exiting,
+    ExtendPartition,
+    Heartbeat,
+    Intent,
+    IntentKind,
+    JoinAccepted,
+    JoinRejected,
+    JoinRequest,
+    LrUpdate,
+    Message,
+    MetricsMsg,
+    NewNcclIdGenerated,
+    NewNcclSession,
+    RequestNewNcclId,
+    ScalarSum,
+    SessionFailed,
+    SetEpochCallbackRole,
+    SetGlobalStep,
+    Shutdown,
+    ShutdownWithSave,
+    StartEpoch,
+    SyncAck,
+    SyncNow,
+    UsageError,
+)
+
+
+class WorkerError(ActorwireError, RuntimeError):
+    """The coordinator refused this worker, or went away, or the rank's training broke."""
+
+
+# -- effects: what the driver is asked to do ------------------------------------------------
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Send:
+    """Tell the coordinator ``message``."""
+
+    message: Message
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class AllReduce:
+    """Average the parameters over the group, weighed by ``steps``; then call ``sync_done``."""
+
+    cycle: int
+    steps: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class FormGroup:
+    """Join the process group ``session`` names; then call ``group_formed``."""
+
+    session: NewNcclSession
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class MakeGroupId:
+    """Make a new group's id (host its store); then call ``group_id_made``."""
+
+    attempt: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class AbortGroup:
+    """Abort the communicator: a collective waiting on a dead peer returns at once."""
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Evaluate:
+    """Run the eval ``request`` asks for; then call ``evaluated`` with its result."""
+
+    request: ExecuteEval
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class SaveCheckpoint:
+    """Write the checkpoint ``request`` asks for; then call ``checkpointed`` with its result."""
+
+    request: Checkpoint
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class RunEpochFn:
+    """This rank holds the epoch callback role: run it for ``epoch``; then call ``epoch_fn_done``."""
+
+    epoch: int
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Ended:
+    """The run is over for this rank: ``why`` says how; the driver leaves (``Exiting`` when clean)."""
+
+    message: Shutdown | ShutdownWithSave
+    why: str
+    #: The coordinator is gone: nobody is left to say ``Exiting`` to.
+    coordinator_gone: bool = False
+
+
+@dataclasses.dataclass(frozen=True, slots=True)
+class Log:
+    """Something worth a log line, at ``level`` (``"info"``, ``"warning"``, ``"error"``)."""
+
+    level: str
+    event: str
+    fields: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+Effect = Send | AllReduce | FormGroup | MakeGroupId | AbortGroup | Evaluate | SaveCheckpoint | RunEpochFn | Ended | Log
+
+
+# -- plans ---------------------------------------------------------------------------------------
+
+
+@dataclasses.dataclass
+class Plan:
+    """One epoch's work for this rank: ``size`` samples from ``offset``, plus extensions."""
+
+    epoch: int
+    offset: int
+    size: int
+    #: ``(offset, size)`` slices of dead ranks' work handed to this rank during the epoch.
+    extensions: list[tuple[int, int]] = dataclasses.field(default_factory=list)
+    started: float = 0.0
+    #: This plan is itself a slice handed over after this rank had reported the epoch.
+    is_extension: bool = False
+    # The cursor of ``RankProtocol.take``: the slice being trained and its next sample.
+    _slice: int = dataclasses.field(default=0, repr=False, compare=False)
+    _next: int = dataclasses.field(default=-1, repr=False, compare=False)
+
+    @property
+    def total(self) -> int:
+        return self.size + sum(n for _, n in self.extensions)
+
+    def slices(self) -> list[tuple[int, int]]:
+        return [(self.offset, self.size), *self.extensions]
+
+
+# Served while regrouping: what forms, breaks or ends a group, and what only updates state. Plans
+# and slices are kept with the rest, in order: a dead rank's slice served ahead of a kept
+# StartEpoch became a plan of its own, reported as the whole epoch (found by the simulator).
+_SERVED_WHILE_REGROUPING = (NewNcclSession, RequestNewNcclId, DeclareDead, Shutdown, ShutdownWithSave, Down,
+                            CoordHeartbeat, Heartbeat, SetGlobalStep, EvalBroadcast)
+
+
+class RankProtocol:
+    """The worker side of the coordinator protocol for rank ``rank``; see the module doc."""
+
+    def __init__(self, rank: int, world_size: int, *, coordinator: str = "coordinator",
+                 coordinator_timeout: float = 30.0, regroup_wait: float = 60.0) -> None:
+        self.rank = rank
+        self.world_size = world_size
+        self.coordinator = coordinator
+        self.coordinator_timeout = coordinator_timeout
+        self.regroup_wait = regroup_wait
+        self.joined = False
+        self.plans: collections.deque[Plan] = collections.deque()
+        self.current: Plan | None = None
+        self.steps = 0
+        self.steps_since_sync = 0
+        self.global_step = 0
+        self.epoch_role: int | None = None
+        self.session_attempt = 0
+        self.aggregated: collections.deque[EpochMetrics] = collections.deque()
+        self.latest: EpochMetrics | None = None
+        self.evals: collections.deque[tuple[int, float]] = collections.deque()
+        self.ended: Shutdown | ShutdownWithSave | None = None
+        self.exiting_sent = False
+        self.coord_seen = 0.0
+        #: Waiting for a new group after a failed all-reduce, until this time (None: not waiting).
+        self.regroup_until: float | None = None
+        self._deferred: list[Message] = []
+        self._last_lr: float | None = None
+        self._scalars: dict[str, list[float]] = {}
+        self._batches = 0
+        self._loss = 0.0
+        self._compute_ms = 0.0
+        self._data_ms = 0.0
+        self._last_batch_end = 0.0
+
+    # -- state the drivers read ---------------------------------------------------------------
+
+    @property
+    def regrouping(self) -> bool:
+        return self.regroup_until is not None
+
+    @property
+    def can_train(self) -> bool:
+        """Whether the loop may take a batch now: the run not over, not waiting for a group."""
+        return self.ended is None and not self.regrouping
+
+    # -- joining ------------------------------------------------------------------------------
+
+    def join_request(self, *, run_id: str, model_signature: str, host: str = "", pid: int = 0,
+                     dataset_size: int = 0) -> JoinRequest:
+        return JoinRequest(rank=self.rank, world_size=self.world_size, run_id=run_id,
+                           model_signature=model_signature, host=host, pid=pid, dataset_size=dataset_size)
+
+    def join_reply(self, reply: Message, now: float) -> list[Effect]:
+        """The coordinator's answer to the join; a refusal raises :class:`WorkerError` naming the reason."""
+        if isinstance(reply, JoinRejected):
+            raise WorkerError(f"the coordinator refused rank {self.rank}: {reply.reason}")
+        if not isinstance(reply, JoinAccepted):
+            raise WorkerError(f"rank {self.rank}: the coordinator answered the join with {type(reply).__name__}")
+        self.joined = True
+        self.coord_seen = now
+        return []
+
+    # -- what the coordinator says --------------------------------------------------------------
+
+    def receive(self, msg: Message, now: float) -> list[Effect]:
+        """A message from the coordinator (or the runtime's ``Down`` of a watched actor)."""
+        if isinstance(msg, Down):
+            if msg.name != self.coordinator:
+                return []
+            return self._end(Shutdown(), f"coordinator is down ({msg.reason.value})", gone=True)
+        self.coord_seen = now
+        if self.ended is not None:
+            return []  # the run is over here: nothing more is done for it
+        if self.regrouping and not isinstance(msg, _SERVED_WHILE_REGROUPING):
+            self._deferred.append(msg)
+            return []
+        if isinstance(msg, StartEpoch):
+            effects: list[Effect] = []
+            if self.plans:
+                effects.append(Log("warning", "a new epoch plan arrived before the previous one was consumed",
+                                   {"epoch": msg.epoch}))
+            self.plans.append(Plan(msg.epoch, msg.partition_offset, msg.partition_size))
+            return effects
+        if isinstance(msg, ExtendPartition):
+            # The plan of that epoch takes the slice, whether it is being trained or still queued (a
+            # queued plan skipped here was trained after the slice and reported twice; simulator).
+            owner = next((plan for plan in (self.current, *self.plans)
+                          if plan is not None and plan.epoch == msg.epoch), None)
+            if owner is not None:
+                owner.extensions.append((msg.partition_offset, msg.partition_size))
+            else:
+                # This rank already reported the epoch: the slice is more work for that epoch,
+                # served before the next epoch's plan and reported on its own.
+                self.plans.appendleft(Plan(msg.epoch, msg.partition_offset, msg.partition_size, is_extension=True))
+            return []
+        if isinstance(msg, SyncNow):
+            return [] if self.exiting_sent else [AllReduce(msg.cycle, self.steps_since_sync)]
+        if isinstance(msg, SetGlobalStep):
+            self.global_step = msg.global_step
+        elif isinstance(msg, SetEpochCallbackRole):
+            self.epoch_role = msg.rank
+        elif isinstance(msg, EpochAggregated):
+            self.aggregated.append(msg.metrics)
+            self.latest = msg.metrics
+        elif isinstance(msg, EvalBroadcast):
+            self.evals.append((msg.epoch, msg.metric))
+        elif isinstance(msg, ExecuteEval):
+            return [Evaluate(msg)]
+        elif isinstance(msg, Checkpoint):
+            return [SaveCheckpoint(msg)]
+        elif isinstance(msg, RequestNewNcclId):
+            return [MakeGroupId(msg.attempt)]
+        elif isinstance(msg, NewNcclSession):
+            self.session_attempt = max(self.session_attempt, msg.attempt)
+            return [FormGroup(msg)]
+        elif isinstance(msg, DeclareDead):
+            return [AbortGroup()]
+        elif isinstance(msg, (Shutdown, ShutdownWithSave)):
+            why = "the run ended" if isinstance(msg, Shutdown) else f"the coordinator ended the run ({msg.reason.value})"
+            return self._end(msg, why)
+        return []
+
+    def tick(self, now: float) -> list[Effect]:
+        """Time passed: a silent coordinator ends the run here; a regrouping that waited too long ends."""
+        if self.ended is not None or not self.joined:
+            return []
+        if now - self.coord_seen > self.coordinator_timeout:
+            return self._end(Shutdown(), f"coordinator silent for {now - self.coord_seen:.1f} s", gone=True)
+        if self.regroup_until is not None and now >= self.regroup_until:
+            effects: list[Effect] = [Log("error", "no new process group in time", {"waited_s": self.regroup_wait})]
+            return effects + self._stop_regrouping(now)
+        return []
+
+    def _end(self, message: Shutdown | ShutdownWithSave, why: str, gone: bool = False) -> list[Effect]:
+        if self.ended is not None:
+            return []
+        self.ended = message
+        self.regroup_until = None
+        self._deferred = []  # plans and syncs for a run that is over
+        return [Log("warning" if gone or isinstance(message, ShutdownWithSave) else "info", why), Ended(message, why, gone)]
+
+    def coordinator_gone(self, error: str) -> list[Effect]:
+        """A tell to the coordinator failed: it is gone, and the run is over for this rank."""
+        return self._end(Shutdown(), f"coordinator is gone ({error})", gone=True)
+
+    # -- the results of effects --------------------------------------------------------------------
+
+    def sync_done(self, cycle: int, error: str | None, now: float) -> list[Effect]:
+        """The all-reduce of ``cycle`` returned (``error``: it failed; a peer died or hung)."""
+        if error is None:
+            self.steps_since_sync = 0
+            return [Send(SyncAck(rank=self.rank, step_count=self.steps))]
+        # Abandoned, not retried: the survivors may have left it at different points. Said at once:
+        # when no death explains the failure (a hung peer) only this report makes the coordinator
+        # form the group again. Until the new group is in, the rank serves only what forms it.
+        self.regroup_until = now + self.regroup_wait
+        return [Log("warning", "all-reduce failed; asking for a new group", {"cycle": cycle, "error": error}),
+                Send(SessionFailed(rank=self.rank, attempt=self.session_attempt,
+                                   reason=f"collective failed: {error[:300]}"))]
+
+    def group_formed(self, attempt: int, error: str | None, now: float) -> list[Effect]:
+        """Joining the group of ``attempt`` finished (``error``: it failed, and the rank says so)."""
+        if error is not None:
+            return [Log("warning", "could not join the new process group", {"attempt": attempt, "error": error}),
+                    Send(SessionFailed(rank=self.rank, attempt=attempt, reason=error[:500]))]
+        return self._stop_regrouping(now) if self.regrouping else []
+
+    def group_id_made(self, attempt: int, uid: bytes | None, error: str | None) -> list[Effect]:
+        if uid is None:  # the coordinator asks the next rank after its rendezvous timeout
+            return [Log("error", "could not make the new process group's id", {"attempt": attempt, "error": error})]
+        return [Send(NewNcclIdGenerated(rank=self.rank, uid=uid, attempt=attempt))]
+
+    def evaluated(self, result: EvalResult) -> list[Effect]:
+        return [Send(result)]
+
+    def checkpointed(self, result: CheckpointResult) -> list[Effect]:
+        return [Send(result)]
+
+    def epoch_fn_done(self, epoch: int, elapsed_ms: float) -> list[Effect]:
+        return [Send(EpochFnElapsed(rank=self.rank, epoch=epoch, elapsed_ms=elapsed_ms))]
+
+    def _stop_regrouping(self, now: float) -> list[Effect]:
+        self.regroup_until = None
+        deferred, self._deferred = self._deferred, []
+        effects: list[Effect] = []
+        for msg in deferred:
+            effects.extend(self.receive(msg, now))
+        return effects
+
+    # -- the training loop ---------------------------------------------------------------------------
+
+    def start_plan(self, now: float) -> list[Effect]:
+        """Make the next queued plan ``current`` (none once the run is over)."""
+        if self.ended is not None or not self.plans:
+            return []
+        plan = self.plans.popleft()
+        plan.started = now
+        plan._slice, plan._next = 0, plan.offset
+        self.current = plan
+        self._batches = 0
+        self._loss = self._compute_ms = self._data_ms = 0.0
+        self._last_batch_end = now
+        return [RunEpochFn(plan.epoch)] if self.epoch_role == self.rank else []
+
+    def take(self, batch_size: int) -> range | None:
+        """The next ``batch_size`` indices of the current plan (its slice, then the slices handed
+        over so far); None once they are all taken."""
+        plan = self.current
+        if plan is None:
+            return None
+        slices = plan.slices()
+        while plan._slice < len(slices):
+            start, size = slices[plan._slice]
+            if plan._next < start + size:
+                first = plan._next
+                plan._next = min(first + batch_size, start + size)
+                return range(first, plan._next)
+            plan._slice += 1  # a handed-over slice may lie anywhere, before this one too
+            if plan._slice < len(slices):
+                plan._next = slices[plan._slice][0]
+        return None
+
+    @property
+    def exhausted(self) -> bool:
+        """Every index of the current plan, handed-over slices included, has been taken."""
+        plan = self.current
+        if plan is None:
+            return True
+        cursor = plan._slice, plan._next
+        left = self.take(1)
+        plan._slice, plan._next = cursor
+        return left is None
+
+    def batch_done(self, now: float, batch_ms: float, loss: float, *, data_ms: float = 0.0,
+                   lr: float | None = None, param_norm: float | None = None) -> list[Effect]:
+        """One batch trained: ``Batch`` (and ``LrUpdate`` when it changed).  A loss that is not finite
+        raises :class:`WorkerError` naming rank, batch and epoch: it never becomes an epoch row."""
+        if not math.isfinite(loss):
+            epoch = self.current.epoch if self.current else "?"
+            raise WorkerError(f"rank {self.rank}: the loss of batch {self._batches + 1} of epoch {epoch} is {loss}")
+        self.steps += 1
+        self.steps_since_sync += 1
+        self._batches += 1
+        self._loss += loss
+        self._compute_ms += batch_ms
+        self._data_ms += data_ms
+        self._last_batch_end = now
+        effects: list[Effect] = [Send(Batch(rank=self.rank, batch_ms=batch_ms, step_count=self.steps,
+                                            batch_loss=loss, data_ms=data_ms, param_norm=param_norm))]
+        if lr is not None and lr != self._last_lr:
+            # The coordinator keeps the latest LR per rank: an unchanged LR is not sent again.
+            self._last_lr = lr
+            effects.append(Send(LrUpdate(rank=self.rank, lr=lr)))
+        return effects
+
+    def record_scalar(self, name: str, value: float) -> None:
+        acc = self._scalars.get(name)
+        if acc is None:
+            self._scalars[name] = [float(value), 1.0]
+        else:
+            acc[0] += value
+            acc[1] += 1
+
+    def report_epoch(self, now: float, *, samples: int | None = None) -> list[Effect]:
+        """The current plan is done: ``MetricsMsg`` with its loss, timings and scalars."""
+        plan = self.current
+        if plan is None:
+            raise UsageError("report_epoch() before next_plan()")
+        batches = self._batches
+        covered = len(plan.extensions) + (1 if plan.is_extension else 0)
+        metrics = MetricsMsg(
+            rank=self.rank, epoch=plan.epoch, avg_loss=self._loss / batches if batches else 0.0,
+            batches_processed=batches, epoch_ms=max(0.0, (now - plan.started) * 1000),
+            samples_processed=plan.total if samples is None else samples,
+            share_complete_ms=max(0.0, (self._last_batch_end - plan.started) * 1000),
+            compute_only_ms=self._compute_ms, data_starve_ms=self._data_ms,
+            scalars={k: ScalarSum(sum=v[0], count=int(v[1])) for k, v in self._scalars.items()},
+            extensions=covered)
+        self._scalars = {}
+        self.current = None
+        return [Send(metrics)]
+
+    def intent(self, kind: IntentKind) -> list[Effect]:
+        return [Send(Intent(rank=self.rank, kind=kind))]
+
+    def heartbeat(self) -> Heartbeat:
+        return Heartbeat(rank=self.rank, step_count=self.steps)
+
+    def exiting(self) -> list[Effect]:
+        """Say this rank leaves cleanly (once); only on success: an error path must not say it."""
+        if self.exiting_sent:
+            return []
+        self.exiting_sent = True
+        return [Send(Exiting(rank=self.rank))]

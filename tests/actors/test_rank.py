@@ -1,0 +1,216 @@
+"""The rank protocol, sans-IO: every input on a virtual clock, every decision read from its effects."""
+
+from __future__ import annotations
+
+import pytest
+
+from actorwire import messages as m
+from actorwire.actors.control import _rank
+from actorwire.actors.control._rank import (
+    AbortGroup,
+    AllReduce,
+    Ended,
+    Evaluate,
+    FormGroup,
+    MakeGroupId,
+    RankProtocol,
+    RunEpochFn,
+    SaveCheckpoint,
+    Send,
+    WorkerError,
+)
+
+
+def _joined(**kw: float) -> RankProtocol:
+    p = RankProtocol(1, 2, **kw)
+    p.join_reply(m.JoinAccepted(rank=1, world_size=2), now=0.0)
+    return p
+
+
+def _sent(effects: list[_rank.Effect]) -> list[m.Message]:
+    return [e.message for e in effects if isinstance(e, Send)]
+
+
+def _kinds(effects: list[_rank.Effect]) -> list[str]:
+    return [type(e).__name__ for e in effects if not isinstance(e, _rank.Log)]
+
+
+def _train(p: RankProtocol, batch: int, now: float = 1.0) -> list[range]:
+    taken = []
+    while (indices := p.take(batch)) is not None:
+        taken.append(indices)
+        p.batch_done(now, 1.0, 0.5)
+    return taken
+
+
+def test_a_refused_join_raises_naming_the_reason() -> None:
+    p = RankProtocol(3, 4)
+    with pytest.raises(WorkerError, match="^the coordinator refused rank 3: the run has ended"):
+        p.join_reply(m.JoinRejected(reason="the run has ended (all_ranks_lost)"), now=0.0)
+    with pytest.raises(WorkerError, match="answered the join with Shutdown"):
+        p.join_reply(m.Shutdown(), now=0.0)
+    assert not p.joined
+
+
+def test_a_plan_is_taken_in_batches_then_the_slices_handed_over_wherever_they_lie() -> None:
+    """A dead rank's slice before this rank's own was skipped: the cursor ran past its end."""
+    p = _joined()
+    p.receive(m.StartEpoch(epoch=0, partition_offset=100, partition_size=10), now=0.5)
+    p.start_plan(1.0)
+    assert p.take(4) == range(100, 104)
+    p.receive(m.ExtendPartition(partition_offset=0, partition_size=5, epoch=0), now=1.1)
+    assert _train(p, 4) == [range(104, 108), range(108, 110), range(0, 4), range(4, 5)]
+    assert p.exhausted
+    (metrics,) = _sent(p.report_epoch(2.0))
+    assert isinstance(metrics, m.MetricsMsg) and metrics.samples_processed == 15 and metrics.extensions == 1
+    assert metrics.batches_processed == 4  # the first take was not reported as done
+
+
+def test_a_slice_for_a_queued_plan_joins_that_plan() -> None:
+    """It became a plan of its own ahead of its epoch's plan, reported as the whole epoch: the
+    coordinator aggregated with the rank's own slice never trained (simulator seeds 1227, 1764)."""
+    p = _joined()
+    p.receive(m.StartEpoch(epoch=1, partition_offset=0, partition_size=13), now=0.5)
+    p.receive(m.ExtendPartition(partition_offset=13, partition_size=16, epoch=1), now=0.6)
+    assert len(p.plans) == 1
+    p.start_plan(1.0)
+    assert sum(len(r) for r in _train(p, 8)) == 29
+
+
+def test_a_slice_after_the_epoch_was_reported_is_a_plan_of_its_own_served_first() -> None:
+    p = _joined()
+    p.receive(m.StartEpoch(epoch=0, partition_offset=0, partition_size=4), now=0.0)
+    p.start_plan(0.0)
+    _train(p, 4)
+    p.report_epoch(1.0)
+    p.receive(m.StartEpoch(epoch=1, partition_offset=0, partition_size=4), now=1.0)
+    p.receive(m.ExtendPartition(partition_offset=8, partition_size=2, epoch=0), now=1.1)
+    p.start_plan(1.2)
+    assert p.current is not None and p.current.epoch == 0 and p.current.is_extension
+    _train(p, 4)
+    (metrics,) = _sent(p.report_epoch(1.3))
+    assert isinstance(metrics, m.MetricsMsg) and metrics.epoch == 0 and metrics.extensions == 1
+
+
+def test_a_loss_that_is_not_finite_raises_naming_rank_batch_and_epoch() -> None:
+    p = _joined()
+    p.receive(m.StartEpoch(epoch=2, partition_offset=0, partition_size=8), now=0.0)
+    p.start_plan(0.0)
+    p.batch_done(0.1, 1.0, 0.4)
+    with pytest.raises(WorkerError, match="^rank 1: the loss of batch 2 of epoch 2 is nan$"):
+        p.batch_done(0.2, 1.0, float("nan"))
+
+
+def test_an_unchanged_learning_rate_is_not_sent_again() -> None:
+    p = _joined()
+    assert [type(x).__name__ for x in _sent(p.batch_done(0.1, 1.0, 0.5, lr=0.1))] == ["Batch", "LrUpdate"]
+    assert [type(x).__name__ for x in _sent(p.batch_done(0.2, 1.0, 0.5, lr=0.1))] == ["Batch"]
+
+
+def test_a_sync_weighs_the_steps_since_the_last_one_and_acks_with_the_step_count() -> None:
+    p = _joined()
+    for t in range(3):
+        p.batch_done(t, 1.0, 0.5)
+    (reduce,) = p.receive(m.SyncNow(cycle=4), now=3.0)
+    assert reduce == AllReduce(cycle=4, steps=3)
+    assert _sent(p.sync_done(4, None, 3.1)) == [m.SyncAck(rank=1, step_count=3)]
+    assert p.steps_since_sync == 0
+
+
+def test_a_failed_all_reduce_is_reported_at_once_and_the_rank_waits_for_the_new_group() -> None:
+    p = _joined()
+    p.receive(m.NewNcclSession(uid=b"a", new_rank=1, new_world_size=2, attempt=2), now=0.0)
+    p.receive(m.SyncNow(cycle=1), now=1.0)
+    assert _sent(p.sync_done(1, "connection reset", 1.5)) == [
+        m.SessionFailed(rank=1, attempt=2, reason="collective failed: connection reset")]
+    assert p.regrouping and not p.can_train
+    # Plans and syncs wait, in order; what forms or ends a group is served.
+    assert p.receive(m.StartEpoch(epoch=1, partition_offset=0, partition_size=4), now=1.6) == []
+    assert p.receive(m.SyncNow(cycle=2), now=1.7) == []
+    assert p.receive(m.ExtendPartition(partition_offset=4, partition_size=4, epoch=1), now=1.7) == []
+    assert _kinds(p.receive(m.RequestNewNcclId(attempt=2), now=1.8)) == ["MakeGroupId"]
+    (form,) = p.receive(m.NewNcclSession(uid=b"b", new_rank=0, new_world_size=1, attempt=3), now=1.9)
+    assert isinstance(form, FormGroup) and p.session_attempt == 3
+    replayed = p.group_formed(3, None, 2.0)
+    assert not p.regrouping and _kinds(replayed) == ["AllReduce"]
+    assert len(p.plans) == 1 and p.plans[0].extensions == [(4, 4)]
+
+
+def test_a_regrouping_that_waits_too_long_lets_the_rank_go_on() -> None:
+    p = _joined(regroup_wait=60.0, coordinator_timeout=1000.0)
+    p.receive(m.SyncNow(cycle=1), now=0.0)
+    p.sync_done(1, "timeout", 0.0)
+    p.receive(m.StartEpoch(epoch=1, partition_offset=0, partition_size=4), now=1.0)
+    assert p.tick(59.0) == [] and p.regrouping
+    effects = p.tick(60.0)
+    assert not p.regrouping and len(p.plans) == 1
+    assert any(isinstance(e, _rank.Log) and e.event == "no new process group in time" for e in effects)
+
+
+def test_a_failed_formation_is_reported_for_its_attempt_never_raised() -> None:
+    p = _joined()
+    p.receive(m.NewNcclSession(uid=b"a", new_rank=1, new_world_size=2, attempt=5), now=0.0)
+    assert _sent(p.group_formed(5, "Failed to recv, got 0 bytes", 8.0)) == [
+        m.SessionFailed(rank=1, attempt=5, reason="Failed to recv, got 0 bytes")]
+
+
+def test_a_group_id_that_could_not_be_made_sends_nothing() -> None:
+    p = _joined()
+    assert p.receive(m.RequestNewNcclId(attempt=4), now=0.0) == [MakeGroupId(attempt=4)]
+    assert _sent(p.group_id_made(4, None, "address in use")) == []
+    assert _sent(p.group_id_made(4, b"uid", None)) == [m.NewNcclIdGenerated(rank=1, uid=b"uid", attempt=4)]
+
+
+def test_eval_checkpoint_and_abort_are_effects_whose_results_are_sent() -> None:
+    p = _joined()
+    ask = m.ExecuteEval(schedule_id=1, epoch=2, target_rank=1)
+    assert p.receive(ask, now=0.0) == [Evaluate(ask)]
+    result = m.EvalResult(rank=1, schedule_id=1, epoch=2, metric=0.5, elapsed_ms=3.0)
+    assert _sent(p.evaluated(result)) == [result]
+    save = m.Checkpoint(version=3, target_rank=1)
+    assert p.receive(save, now=0.0) == [SaveCheckpoint(save)]
+    assert p.receive(m.DeclareDead(rank=0), now=0.0) == [AbortGroup()]
+
+
+def test_the_epoch_callback_runs_on_the_rank_holding_its_role_only() -> None:
+    p = _joined()
+    p.receive(m.StartEpoch(epoch=0, partition_offset=0, partition_size=4), now=0.0)
+    p.receive(m.StartEpoch(epoch=1, partition_offset=0, partition_size=4), now=0.0)
+    assert p.start_plan(0.0) == []
+    p.receive(m.SetEpochCallbackRole(rank=1), now=0.0)
+    p.report_epoch(0.5)
+    assert p.start_plan(1.0) == [RunEpochFn(epoch=1)]
+
+
+@pytest.mark.parametrize("end", [m.Shutdown(), m.ShutdownWithSave(reason=m.SaveReason.ALL_RANKS_LOST, detail="x")])
+def test_the_end_of_the_run_is_said_once_and_nothing_is_done_after_it(end: m.Message) -> None:
+    p = _joined()
+    effects = p.receive(end, now=1.0)
+    assert [e for e in effects if isinstance(e, Ended)] == [Ended(end, effects[-1].why)]  # type: ignore[arg-type,union-attr]
+    assert p.receive(m.StartEpoch(epoch=0, partition_offset=0, partition_size=4), now=2.0) == []
+    assert p.receive(m.SyncNow(cycle=1), now=2.0) == [] and p.start_plan(2.0) == [] and not p.can_train
+    assert p.receive(m.Shutdown(), now=3.0) == []
+    assert _sent(p.exiting()) == [m.Exiting(rank=1)] and p.exiting() == []
+
+
+def test_the_coordinators_down_or_silence_ends_the_run_with_nobody_to_say_exiting_to() -> None:
+    p = _joined()
+    assert p.receive(m.Down(name="weights/r0/consumer/0", reason=m.DownReason.DEAD), now=1.0) == []
+    (ended,) = [e for e in p.receive(m.Down(name="coordinator", reason=m.DownReason.DEAD), now=1.0)
+                if isinstance(e, Ended)]
+    assert ended.coordinator_gone
+    q = _joined(coordinator_timeout=5.0)
+    q.receive(m.CoordHeartbeat(seq=1), now=3.0)
+    assert q.tick(8.0) == []
+    assert any(isinstance(e, Ended) and e.coordinator_gone for e in q.tick(8.1))
+
+
+def test_no_sync_is_entered_after_exiting_was_said() -> None:
+    p = _joined()
+    p.exiting()
+    assert p.receive(m.SyncNow(cycle=1), now=0.0) == []
+
+
+def test_report_epoch_before_a_plan_is_a_usage_error() -> None:
+    with pytest.raises(m.UsageError, match="before next_plan"):
+        _joined().report_epoch(0.0)
