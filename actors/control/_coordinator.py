@@ -13,9 +13,11 @@ Ranks are addressed by the actor name they joined from (``worker/3``).
 
 from __future__ import annotations
 
+import collections
+import functools
 import json
-import math
 import pathlib
+from collections.abc import Callable
 from typing import Any
 
 from actorwire.actors.control._ledger import (
@@ -24,14 +26,17 @@ from actorwire.actors.control._ledger import (
     META_SCHEMA,
     CoordinatorConfig,
     RankState,
+    adapt_anchor,
     add_metrics,
     aggregate,
     by_speed,
     join_refusal,
+    quotas,
     remaining_slices,
     shares,
     split_slices,
 )
+from actorwire.actors.control._phases import Event, Phase, accepts, next_phase
 from actorwire.actors.runtime._actor import Actor, handler
 from actorwire.actors.runtime._context import Context
 from actorwire.messages import (
@@ -79,6 +84,19 @@ from actorwire.transport import ActorDead, UnknownActor
 _RENDEZVOUS_ROUNDS = 3  # times every survivor is asked for a group id before the run gives up
 
 
+def _phased(fn: Callable[[Coordinator, Any, Context], None]) -> Callable[[Coordinator, Any, Context], None]:
+    """Run the handler only for a message its phase takes (``_phases.ACCEPTED``); refuse any other."""
+
+    @functools.wraps(fn)
+    def gate(self: Coordinator, msg: Any, ctx: Context) -> None:
+        if accepts(self.phase, type(msg)):
+            fn(self, msg, ctx)
+        else:
+            self._refuse(msg, ctx)
+
+    return gate
+
+
 class Coordinator(Actor):
     """See the module doc and ``docs/control-plane.md``."""
 
@@ -88,7 +106,9 @@ class Coordinator(Actor):
         self.ranks: dict[int, RankState] = {}
         self._blocker: RankState | None = None
         self.by_name: dict[str, int] = {}
-        self.phase = "joining"
+        self.phase = Phase.JOINING
+        #: Messages refused because they did not belong in the phase they arrived in, by (kind, phase).
+        self.refused: collections.Counter[tuple[str, str]] = collections.Counter()
         self.epoch = -1
         self.failures = 0
         self.global_step = 0
@@ -120,6 +140,19 @@ class Coordinator(Actor):
 
     def config(self) -> dict[str, Any]:
         return dict(self._config_kwargs)
+
+    # -- phases ---------------------------------------------------------------
+
+    def _move(self, event: Event) -> None:
+        self.phase = next_phase(self.phase, event)
+
+    def _refuse(self, msg: Message, ctx: Context) -> None:
+        """A message that does not belong in this phase: named, counted, and nothing changes.  In
+        ``stopping``, reports still in flight are expected and logged at debug level."""
+        self.refused[(type(msg).wire_tag(), self.phase.value)] += 1
+        log = ctx.log.debug if self.phase is Phase.STOPPING else ctx.log.warning
+        log("message refused: not taken in this phase", kind=type(msg).wire_tag(), phase=self.phase.value,
+            rank=getattr(msg, "rank", None), sender=ctx.sender)
 
     # -- helpers ------------------------------------------------------------
 
@@ -165,7 +198,7 @@ class Coordinator(Actor):
             ctx.log.warning("report from an actor that is not that rank", rank=claimed, sender=ctx.sender)
             return None
         r.last_seen = ctx.now()
-        if not r.alive and not r.told_to_leave and self.phase != "stopping":
+        if not r.alive and not r.told_to_leave and self.phase is not Phase.STOPPING:
             # Declared dead (silent past the staleness timeout: stopped, hung) and speaking again:
             # its share went to the others. It is told to leave, once, rather than left to wait for
             # plans that never come (a revived SIGSTOPped worker crashed; found by the simulator).
@@ -184,15 +217,16 @@ class Coordinator(Actor):
         ctx.start_timer("tick", self.settings.tick_interval, periodic=True)
 
     @handler
+    @_phased
     def on_join(self, msg: JoinRequest, ctx: Context) -> None:
         # A rank restarted by its launcher (a new incarnation under the same name) or one that came
         # late may join a running run: it gets a share from the next epoch on. A rank is refused
         # only while an incarnation of it is alive.
         current = self.ranks.get(msg.rank)
-        rejoin = self.phase == "running" and (current is None or not current.alive)
+        rejoin = self.phase is Phase.RUNNING and (current is None or not current.alive)
         live = {k: v for k, v in self.ranks.items() if v.alive}
-        taken = self.phase == "running" and current is not None and current.alive  # say who holds it
-        reason = join_refusal(self.settings, msg, started=self.phase != "joining" and not rejoin and not taken,
+        taken = self.phase is Phase.RUNNING and current is not None and current.alive  # say who holds it
+        reason = join_refusal(self.settings, msg, started=self.phase is not Phase.JOINING and not rejoin and not taken,
                               joined=live,
                               signature=self.settings.model_signature or getattr(self, "_signature", ""))
         if self.saved is not None:
@@ -213,7 +247,7 @@ class Coordinator(Actor):
         if not self.settings.model_signature and not self.ranks:
             self._signature = msg.model_signature
         r = RankState(msg.rank, name, ctx.now())
-        r.waiting = self.phase != "joining"  # a rejoin takes part from the next epoch
+        r.waiting = self.phase is not Phase.JOINING  # a rejoin takes part from the next epoch
         self.ranks[msg.rank] = r
         self.by_name[r.name] = msg.rank
         self.lost_at_start.pop(msg.rank, None)  # a new incarnation: what was lost is back
@@ -225,18 +259,19 @@ class Coordinator(Actor):
         self._sink(ctx, accepted)  # the user's view shows the joins as they come
         ctx.log.info("rank joined", rank=msg.rank, joined=len(self.alive()), world_size=self.settings.world_size,
                      progress=f"joined {len(self.alive())}/{self.settings.world_size}")
-        if self.phase == "joining":
+        if self.phase is Phase.JOINING:
             self._maybe_begin(ctx)
 
     @handler
+    @_phased
     def on_rank_exited(self, msg: RankExited, ctx: Context) -> None:
         """The launcher saw a rank's process exit; the only news of a rank that never joined."""
         r = self.ranks.get(msg.rank)
         if r is not None:
-            if msg.returncode != 0 and r.alive and not r.exited and self.phase != "stopping":
+            if msg.returncode != 0 and r.alive and not r.exited and self.phase is not Phase.STOPPING:
                 self._death(ctx, r, msg.detail)  # its Down may still be on the way; this is as sure
             return
-        if self.phase != "joining" or msg.rank in self.lost_at_start or msg.rank >= self.settings.world_size:
+        if self.phase is not Phase.JOINING or msg.rank in self.lost_at_start or msg.rank >= self.settings.world_size:
             return
         self.failures += 1
         self.lost_at_start[msg.rank] = f"{msg.detail or 'exited'} before it joined"
@@ -257,7 +292,7 @@ class Coordinator(Actor):
             self._begin(ctx)
 
     def _begin(self, ctx: Context) -> None:
-        self.phase = "running"
+        self._move(Event.ALL_IN)
         if self.lost_at_start:
             ctx.log.warning("starting without the ranks lost before the start", world_size=len(self.alive()),
                             lost=sorted(self.lost_at_start))
@@ -271,15 +306,16 @@ class Coordinator(Actor):
     # -- liveness -----------------------------------------------------------
 
     @handler
+    @_phased
     def on_tick(self, msg: TimerFired, ctx: Context) -> None:
         now = ctx.now()
-        if self.phase == "joining":
+        if self.phase is Phase.JOINING:
             for r in self.alive():
                 self._tell(ctx, r, CoordHeartbeat(seq=msg.count))
             for r in self.alive():  # a joined rank beats while it waits: silence is a death here too
                 if now - r.last_seen > self.settings.staleness_timeout:
                     self._death(ctx, r, f"no message for {now - r.last_seen:.1f} s")
-            if self.phase == "joining" and now - self.started_at >= self.settings.join_timeout:
+            if self.phase is Phase.JOINING and now - self.started_at >= self.settings.join_timeout:
                 missing = sorted(set(range(self.settings.world_size)) - set(self.ranks) - set(self.lost_at_start))
                 for rank in missing:
                     self.lost_at_start[rank] = f"did not join within {self.settings.join_timeout:g} s"
@@ -288,7 +324,7 @@ class Coordinator(Actor):
                                 world_size=self.settings.world_size)
                 self._maybe_begin(ctx)
             return
-        if self.phase in ("running", "finishing"):
+        if self.phase in (Phase.RUNNING, Phase.FINISHING):
             # One by one: a broadcast raised at the first rank that had just gone down, and the rest
             # of the tick (the staleness and rendezvous checks) did not run.
             for r in self._reachable():
@@ -306,11 +342,12 @@ class Coordinator(Actor):
                                         f"sync {self.sync_cycle} not acknowledged within "
                                         f"{self.settings.reduce_stall_timeout:g} s by rank(s) {waiting} "
                                         f"(phase {self.phase}, epoch {self.epoch})")
-        if self.phase == "stopping" and self.shutdown_at is not None:
+        if self.phase is Phase.STOPPING and self.shutdown_at is not None:
             if not self.alive() or now - self.shutdown_at > self.settings.exit_grace:
                 ctx.stop()
 
     @handler
+    @_phased
     def on_down(self, msg: Down, ctx: Context) -> None:
         rank = self.by_name.get(msg.name)
         if rank is None:
@@ -318,20 +355,22 @@ class Coordinator(Actor):
         r = self.ranks[rank]
         if r.exited or not r.alive:
             return  # the Exiting latch: a clean exit is never a death
-        if msg.reason is DownReason.EXITED and self.phase == "stopping":
+        if msg.reason is DownReason.EXITED and self.phase is Phase.STOPPING:
             r.exited = True
             return
         self._death(ctx, r, f"{msg.reason.value}: {msg.detail}")
 
     @handler
+    @_phased
     def on_exiting(self, msg: Exiting, ctx: Context) -> None:
         r = self._from_rank(ctx, msg.rank)
         if r is not None:
             r.exited = True
-        if self.phase == "stopping" and not self.alive():
+        if self.phase is Phase.STOPPING and not self.alive():
             ctx.stop()
 
     @handler
+    @_phased
     def on_heartbeat(self, msg: Heartbeat, ctx: Context) -> None:
         r = self.ranks.get(msg.rank)
         # A rank's heartbeat thread sends as "<rank name>/heartbeat".
@@ -347,7 +386,11 @@ class Coordinator(Actor):
             r.alive = False
             ctx.log.warning("a rank waiting to rejoin was lost", rank=r.rank, reason=why)
             return
-        if self.phase == "joining":  # nothing to hand over yet: the run starts without it
+        if self.phase is Phase.STOPPING:  # the run is over: a death now is a teardown, not a loss
+            r.alive = False
+            ctx.log.warning("a rank died while the run was stopping", rank=r.rank, reason=why)
+            return
+        if self.phase is Phase.JOINING:  # nothing to hand over yet: the run starts without it
             r.alive = False
             self.failures += 1
             self.lost_at_start[r.rank] = f"died while the others were joining ({why})"
@@ -380,7 +423,7 @@ class Coordinator(Actor):
                                                  f"{len(self.alive())} rank(s) left, {self.failures} lost in all")
             return
         survivors = self.alive()
-        if remainder and self.phase == "running" and self.epoch >= 0:
+        if remainder and self.phase is Phase.RUNNING and self.epoch >= 0:
             for s, pieces in zip(survivors, split_slices(left, len(survivors))):
                 for start, n in pieces:
                     extension = ExtendPartition(partition_offset=start, partition_size=n, epoch=self.epoch)
@@ -452,6 +495,7 @@ class Coordinator(Actor):
             self._start_rendezvous(ctx, move_on=True)
 
     @handler
+    @_phased
     def on_session_failed(self, msg: SessionFailed, ctx: Context) -> None:
         if self._from_rank(ctx, msg.rank) is None or msg.attempt < self.session_attempt:
             return  # a stale report of an attempt already superseded
@@ -469,6 +513,7 @@ class Coordinator(Actor):
         self._start_rendezvous(ctx, fresh=True)
 
     @handler
+    @_phased
     def on_new_id(self, msg: NewNcclIdGenerated, ctx: Context) -> None:
         r = self._from_rank(ctx, msg.rank)
         rv = self.rendezvous
@@ -555,6 +600,7 @@ class Coordinator(Actor):
     # -- reports ----------------------------------------------------------------
 
     @handler
+    @_phased
     def on_batch(self, msg: Batch, ctx: Context) -> None:
         r = self._from_rank(ctx, msg.rank)
         if r is None or not r.alive:
@@ -567,12 +613,14 @@ class Coordinator(Actor):
         self._maybe_sync(ctx)
 
     @handler
+    @_phased
     def on_lr(self, msg: LrUpdate, ctx: Context) -> None:
         r = self._from_rank(ctx, msg.rank)
         if r is not None:
             r.lr = msg.lr
 
     @handler
+    @_phased
     def on_intent(self, msg: Intent, ctx: Context) -> None:
         if self._from_rank(ctx, msg.rank) is None:
             return
@@ -582,10 +630,12 @@ class Coordinator(Actor):
             self.pending_checkpoint = True
 
     @handler
+    @_phased
     def on_epoch_fn(self, msg: EpochFnElapsed, ctx: Context) -> None:
         self._from_rank(ctx, msg.rank)
 
     @handler
+    @_phased
     def on_eval(self, msg: EvalResult, ctx: Context) -> None:
         if self._from_rank(ctx, msg.rank) is None:
             return
@@ -600,6 +650,7 @@ class Coordinator(Actor):
             self._maybe_finish(ctx)
 
     @handler
+    @_phased
     def on_checkpoint(self, msg: CheckpointResult, ctx: Context) -> None:
         if self._from_rank(ctx, msg.rank) is None:
             return
@@ -615,17 +666,9 @@ class Coordinator(Actor):
     # -- sync cadence -------------------------------------------------------------
 
     def _set_quotas(self) -> None:
-        alive = self.alive()
-        if not alive:
-            self.quota = {}
-            return
-        if self.settings.sync_policy == "fixed" or any(r.ms_per_batch is None for r in alive):
-            self.quota = {r.rank: self.settings.sync_every for r in alive}
-            return
-        slowest = max(r.ms_per_batch for r in alive)  # type: ignore[type-var]
-        cap = max(1, self.settings.dataset_size // max(1, len(alive)) // self.settings.batch_size)
-        self.quota = {r.rank: max(1, min(cap, round(self.anchor * slowest / r.ms_per_batch)))  # type: ignore[operator]
-                      for r in alive}
+        c = self.settings
+        self.quota = quotas(self.alive(), policy=c.sync_policy, sync_every=c.sync_every, anchor=self.anchor,
+                            dataset_size=c.dataset_size, batch_size=c.batch_size)
 
     def _quiesced(self, r: RankState) -> bool:
         """A rank that finished its slice (or reported the epoch) cannot move: it must not block the gate."""
@@ -639,7 +682,7 @@ class Coordinator(Actor):
                 and not self._quiesced(r))
 
     def _maybe_sync(self, ctx: Context) -> None:
-        if self.sync_armed_at is not None or self.phase not in ("running", "finishing") or self.saved:
+        if self.sync_armed_at is not None or self.phase not in (Phase.RUNNING, Phase.FINISHING) or self.saved:
             return
         # Called on every Batch: with a thousand ranks a full scan each time dominated the
         # coordinator's CPU (bench scale).  The rank that blocked the last scan is checked first;
@@ -666,6 +709,7 @@ class Coordinator(Actor):
         self._tell_all(ctx, SyncNow(cycle=self.sync_cycle))
 
     @handler
+    @_phased
     def on_sync_ack(self, msg: SyncAck, ctx: Context) -> None:
         r = self._from_rank(ctx, msg.rank)
         if r is None or not r.alive or self.sync_armed_at is None:
@@ -685,12 +729,7 @@ class Coordinator(Actor):
             r.steps_since_sync = 0
         self.sync_armed_at = None
         if self.settings.sync_policy == "adaptive":
-            overhead = sync_s / window_s
-            target = self.settings.overhead_target
-            if overhead > target:
-                self.anchor = min(self.anchor * 2, max(1, math.ceil(self.anchor * overhead / target)))
-            elif overhead < target / 2 and self.anchor > 1:
-                self.anchor = max(1, int(self.anchor * 0.8))
+            self.anchor = adapt_anchor(self.anchor, sync_s / window_s, self.settings.overhead_target)
         self._set_quotas()
         self.window_started = now
         self._tell_all(ctx, SetGlobalStep(global_step=self.global_step))
@@ -699,6 +738,7 @@ class Coordinator(Actor):
     # -- metrics and epoch advance ------------------------------------------------
 
     @handler
+    @_phased
     def on_metrics(self, msg: MetricsMsg, ctx: Context) -> None:
         r = self._from_rank(ctx, msg.rank)
         if r is None:
@@ -713,7 +753,7 @@ class Coordinator(Actor):
         self._maybe_aggregate(ctx)
 
     def _maybe_aggregate(self, ctx: Context) -> None:
-        if self.phase != "running" or self.epoch < 0 or self.saved:
+        if self.phase is not Phase.RUNNING or self.epoch < 0 or self.saved:
             return
         reports = self.metrics.get(self.epoch, {})
         if not all(r.rank in reports and r.ext_done >= r.ext_sent for r in self.alive()):
@@ -725,13 +765,13 @@ class Coordinator(Actor):
         if self.epoch + 1 < self.settings.num_epochs:
             self._dispatch_epoch(ctx, self.epoch + 1)
         else:
-            self.phase = "finishing"
+            self._move(Event.LAST_EPOCH)
             self._maybe_finish(ctx)
 
     # -- endings --------------------------------------------------------------------
 
     def _maybe_finish(self, ctx: Context) -> None:
-        if self.phase != "finishing" or self.saved:
+        if self.phase is not Phase.FINISHING or self.saved:
             return
         alive = self.alive()
         if self.sync_armed_at is not None:
@@ -748,14 +788,14 @@ class Coordinator(Actor):
                 return
         if self.final_eval_pending:
             return
-        self.phase = "stopping"
+        self._move(Event.DONE)
         self.shutdown_at = ctx.now()
         for r in self._reachable():  # a rank that rejoined during the last epoch leaves too
             self._tell(ctx, r, Shutdown())
 
     def _save_and_shutdown(self, ctx: Context, reason: SaveReason, detail: str = "") -> None:
-        if self.saved is not None:
-            return  # never twice
+        if self.saved is not None or self.phase is Phase.STOPPING:
+            return  # never twice, and never after the run ended (a death during the teardown)
         self.saved = reason
         ctx.log.error("the run cannot go on; saving and shutting down", reason=reason.value, detail=detail)
         if self.settings.save_stem:
@@ -764,7 +804,7 @@ class Coordinator(Actor):
         for r in self._reachable():
             self._tell(ctx, r, message)
         self._sink(ctx, message)  # the user's view of the run says why it ended
-        self.phase = "stopping"
+        self._move(Event.CANNOT_GO_ON)
         self.shutdown_at = ctx.now()
 
     def _meta(self, reason: SaveReason, ctx: Context) -> dict[str, Any]:

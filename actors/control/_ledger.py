@@ -8,6 +8,7 @@ run's epoch metrics, speed order and data shares.
 
 from __future__ import annotations
 
+import math
 from typing import Any, Callable
 
 import msgspec
@@ -148,6 +149,31 @@ def shares(total: int, alive: list[RankState]) -> list[int]:
         return parts
     base, extra = divmod(total, len(alive))
     return [base + (1 if i < extra else 0) for i in range(len(alive))]
+
+
+def quotas(alive: list[RankState], *, policy: str, sync_every: int, anchor: int, dataset_size: int,
+           batch_size: int) -> dict[int, int]:
+    """Batches each rank does between two syncs. ``fixed``: ``sync_every`` each. ``adaptive``: the
+    slowest rank does ``anchor``, faster ranks proportionally more, capped at a share of the data."""
+    if not alive:
+        return {}
+    speeds = [r.ms_per_batch for r in alive]
+    if policy == "fixed" or any(ms is None for ms in speeds):
+        return {r.rank: sync_every for r in alive}
+    slowest = max(ms for ms in speeds if ms is not None)
+    cap = max(1, dataset_size // max(1, len(alive)) // batch_size)
+    return {r.rank: max(1, min(cap, round(anchor * slowest / r.ms_per_batch)))  # type: ignore[operator]
+            for r in alive}
+
+
+def adapt_anchor(anchor: int, overhead: float, target: float) -> int:
+    """The adaptive policy's anchor after a sync whose cost was ``overhead`` of its window: at most
+    doubled while above ``target``, shrunk by a fifth while under half of it."""
+    if overhead > target:
+        return min(anchor * 2, max(1, math.ceil(anchor * overhead / target)))
+    if overhead < target / 2 and anchor > 1:
+        return max(1, int(anchor * 0.8))
+    return anchor
 
 
 def aggregate(epoch: int, reports: dict[int, MetricsMsg], world: int) -> EpochMetrics:

@@ -20,6 +20,7 @@ After every step the invariants are checked:
 * no dead rank is believed alive past the staleness timeout (plus the
   coordinator's tick);
 * a rank that left cleanly (``Exiting``) is never counted as a failure;
+* no message a rank sends is refused as out of phase (``stopping`` aside);
 * no coordinator handler raises.
 
 ``actorwire simulate --seeds N`` runs seeds 0..N-1; a failing seed prints the
@@ -639,6 +640,9 @@ class Simulation:
             believed = state is not None and state.alive and not state.exited  # a dead one hears silence
             if believed and r.state == "joined" and not r.declared_down and id(r) not in self.told_end:
                 self._fail(f"rank {r.rank} was never told that the run ended (it waits for plans)")
+        early = {key: n for key, n in c.refused.items() if key[1] != "stopping"}
+        if early:
+            self._fail(f"the coordinator refused messages as out of phase: {early}")
         if self.faults == [] and isinstance(self.ended, m.ShutdownWithSave):
             self._fail(f"a run without faults ended with {self.ended.reason.value}: {self.ended.detail}")
 

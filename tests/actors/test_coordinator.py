@@ -711,3 +711,92 @@ def test_heartbeat_thread_of_a_rank_is_accepted() -> None:
     assert h.actor.ranks[1].last_seen == 2.0
     h.deliver(m.Heartbeat(rank=1, step_count=3), sender="worker/2/heartbeat")  # not rank 1's thread
     assert h.actor.ranks[1].last_seen == 2.0
+
+
+# -- phases: the transition table ------------------------------------------------------------
+
+
+def _state(h: ActorHarness) -> tuple:
+    c = h.actor
+    return (c.phase, c.epoch, c.global_step, c.sync_cycle, c.sync_armed_at, dict(c.quota), c.pending_eval,
+            [(r.rank, r.steps_since_sync, r.total_steps, r.epoch_steps, r.reported_epoch, r.ms_per_batch)
+             for r in c.ranks.values()], {e: dict(v) for e, v in c.metrics.items()})
+
+
+@pytest.mark.parametrize("report", [
+    m.Batch(rank=0, batch_ms=10.0, step_count=1, batch_loss=0.5),
+    m.SyncAck(rank=0, step_count=1),
+    m.MetricsMsg(rank=0, epoch=0, avg_loss=0.5, batches_processed=1, epoch_ms=1.0, samples_processed=1,
+                 share_complete_ms=1.0),
+    m.EvalResult(rank=0, schedule_id=1, epoch=0, metric=0.5, elapsed_ms=1.0),
+])
+def test_a_report_before_the_run_started_is_refused_and_changes_nothing(report: m.Message,
+                                                                        caplog: pytest.LogCaptureFixture) -> None:
+    """A rank reporting work no plan asked for: the handlers took it (a Batch counted steps)."""
+    h = make(world=2)
+    h.ask(m.JoinRequest(rank=0, world_size=2, run_id=RUN, model_signature="sig"), sender="worker/0")
+    before = _state(h)
+    assert h.deliver(report, sender="worker/0") == []
+    assert _state(h) == before and h.actor.phase == "joining"
+    assert h.actor.refused == {(type(report).wire_tag(), "joining"): 1}
+    line = next(r for r in caplog.records if "refused" in r.getMessage())
+    assert type(report).wire_tag() in line.getMessage() and "joining" in line.getMessage()
+    assert "rank=0" in line.getMessage()
+
+
+def test_a_batch_after_every_epoch_was_aggregated_is_refused() -> None:
+    h = make(world=1, num_epochs=1, dataset_size=2, sync_every=100, final_eval=False, eval_every=0)
+    join_all(h, world=1)
+    batch(h, 0, 2)
+    metrics(h, 0, 0, batches=2)
+    assert h.actor.phase == "finishing" and h.actor.sync_armed_at is not None  # the final sync is out
+    h.take()
+    before = _state(h)
+    assert batch(h, 0, 1) == [] and _state(h) == before
+    assert h.actor.refused == {("batch", "finishing"): 1}
+    h.deliver(m.SyncAck(rank=0, step_count=2), sender="worker/0")
+    assert h.actor.phase == "stopping"
+    assert batch(h, 0, 1) == [] and h.actor.refused[("batch", "stopping")] == 1
+
+
+def test_the_table_holds_every_move_and_refuses_any_other() -> None:
+    from actorwire.actors.control._phases import TRANSITIONS, BadTransition, Event, Phase, next_phase
+
+    assert next_phase(Phase.JOINING, Event.ALL_IN) is Phase.RUNNING
+    with pytest.raises(BadTransition, match="^no move from phase stopping on ALL_IN$"):
+        next_phase(Phase.STOPPING, Event.ALL_IN)
+    reachable = {Phase.JOINING} | set(TRANSITIONS.values())
+    assert reachable == set(Phase)
+
+
+def test_every_message_the_coordinator_handles_is_taken_in_some_phase() -> None:
+    from actorwire.actors.control._phases import ACCEPTED
+
+    taken = set().union(*ACCEPTED.values())
+    assert set(Coordinator._handlers) <= taken
+    assert taken <= set(Coordinator._handlers)  # and the table names nothing without a handler
+
+
+def test_the_docs_show_the_diagram_drawn_from_the_table() -> None:
+    from conftest import ROOT
+
+    from actorwire.actors.control._phases import diagram
+
+    text = (ROOT / "docs" / "control-plane.md").read_text()
+    assert diagram() in text, "run: python -m actorwire.actors.control._phases, and paste it into the docs"
+
+
+def test_a_death_while_the_run_is_stopping_is_no_loss_and_no_save() -> None:
+    """A rank killed during the teardown of a finished run turned it into ShutdownWithSave."""
+    h = make(world=2, num_epochs=1, dataset_size=2, sync_every=100, final_eval=False, eval_every=0)
+    join_all(h, world=2)
+    for rank in (0, 1):
+        batch(h, rank, 1)
+        metrics(h, rank, 0, batches=1)
+    for rank in (0, 1):  # the final consensus sync
+        h.deliver(m.SyncAck(rank=rank, step_count=1), sender=f"worker/{rank}")
+    h.take()
+    assert h.actor.phase == "stopping"
+    h.deliver(m.Exiting(rank=0), sender="worker/0")
+    h.down("worker/1", m.DownReason.DEAD, "status -9")
+    assert h.actor.saved is None and sent(h, m.ShutdownWithSave) == []

@@ -42,3 +42,26 @@ def test_split_range_covers_the_range_without_gaps(size: int, parts: int) -> Non
         cursor += n
     assert cursor == 40 + size
     assert max(n for _, n in pieces) - min(n for _, n in pieces) <= 1
+
+
+def test_quotas_fixed_and_adaptive() -> None:
+    from actorwire.actors.control._ledger import quotas
+
+    fast, slow = RankState(0, "worker/0", 0.0), RankState(1, "worker/1", 0.0)
+    kw = dict(sync_every=4, anchor=2, dataset_size=1000, batch_size=10)
+    assert quotas([fast, slow], policy="adaptive", **kw) == {0: 4, 1: 4}  # speeds unknown: sync_every
+    fast.ms_per_batch, slow.ms_per_batch = 10.0, 30.0
+    assert quotas([fast, slow], policy="fixed", **kw) == {0: 4, 1: 4}
+    assert quotas([fast, slow], policy="adaptive", **kw) == {0: 6, 1: 2}  # three times as fast
+    assert quotas([fast, slow], policy="adaptive", **{**kw, "anchor": 100}) == {0: 50, 1: 50}  # a share's cap
+    assert quotas([], policy="adaptive", **kw) == {}
+
+
+def test_the_anchor_doubles_at_most_and_shrinks_when_syncs_are_cheap() -> None:
+    from actorwire.actors.control._ledger import adapt_anchor
+
+    assert adapt_anchor(4, overhead=0.9, target=0.1) == 8  # nine times over: doubled, not more
+    assert adapt_anchor(4, overhead=0.15, target=0.1) == 6
+    assert adapt_anchor(10, overhead=0.01, target=0.1) == 8
+    assert adapt_anchor(1, overhead=0.01, target=0.1) == 1
+    assert adapt_anchor(5, overhead=0.07, target=0.1) == 5
