@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 # CPU build of torch for the test environment; the GPU machine brings its own.
 TORCH_SPEC ?= torch==2.13.0
 
-.PHONY: venv lint test test-gpu demo bench clean
+.PHONY: venv lint test test-faults test-gpu demo bench clean
 
 $(VENV)/.installed: pyproject.toml
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
@@ -22,7 +22,10 @@ lint: venv
 	$(PY) .ci/typecheck.py
 
 test: lint
-	$(PY) -m pytest -m "not gpu and not multigpu" $(PYTEST_ARGS)
+	$(PY) -m pytest -m "not gpu and not multigpu and not faults" $(PYTEST_ARGS)
+
+test-faults: venv
+	$(PY) -m pytest -m faults tests/faults $(PYTEST_ARGS)
 
 test-gpu: venv
 	$(PY) -m pytest -m "gpu or multigpu" $(PYTEST_ARGS)
