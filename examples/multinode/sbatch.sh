@@ -14,5 +14,6 @@ FIRST=$(scontrol show hostnames "$SLURM_JOB_NODELIST" | head -n1)
 srun --nodes=1 --ntasks=1 -w "$FIRST" --overlap \
   actorwire coordinator --bind "tcp://0.0.0.0:$ACTORWIRE_PORT" --world-size "$SLURM_NTASKS" \
   --dataset-size "$TRAIN_SAMPLES" --epochs 3 &
+coord=$!
 srun python "$(dirname "$0")/train.py"
-wait
+wait "$coord"  # the run's outcome is the coordinator's

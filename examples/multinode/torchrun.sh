@@ -11,12 +11,16 @@ PER_NODE=${PER_NODE:-4}
 RUN_ID=${RUN_ID:-run-$(date +%Y%m%d)}
 export ACTORWIRE_KEYS=${ACTORWIRE_KEYS:-$PWD/keys}
 export ACTORWIRE_PORT=${ACTORWIRE_PORT:-29555}
+coord=
 if [ "$NODE_RANK" = 0 ]; then
   actorwire coordinator --bind "tcp://0.0.0.0:$ACTORWIRE_PORT" --run-id "$RUN_ID" \
     --world-size $((NNODES * PER_NODE)) --dataset-size "$TRAIN_SAMPLES" --epochs 3 &
-  trap 'kill %1 2>/dev/null || true' EXIT
+  coord=$!
+  trap '[ -z "$coord" ] || kill "$coord" 2>/dev/null || true' EXIT
 fi
 torchrun --nnodes "$NNODES" --nproc-per-node "$PER_NODE" --node-rank "$NODE_RANK" \
-  --master-addr "$MASTER" --master-port 29500 --rdzv-id "$RUN_ID" \
+  --master-addr "$MASTER" --master-port "${MASTER_PORT:-29500}" --rdzv-id "$RUN_ID" \
   "$(dirname "$0")/train.py"
-wait
+if [ -n "$coord" ]; then  # the run's outcome is the coordinator's
+  wait "$coord"; status=$?; coord=; exit $status
+fi

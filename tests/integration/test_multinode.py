@@ -84,3 +84,103 @@ def test_coordinator_cli_and_torchrun_style_workers_over_curve(tmp_path: pathlib
             if p.poll() is None:
                 p.kill()
                 p.communicate()
+
+
+# -- the example scripts themselves, their launchers simulated on loopback -------------------------
+
+SCRIPTS = ROOT / "examples" / "multinode"
+FAKE_SRUN = r"""#!/usr/bin/env bash
+# srun on one machine: the options are read (or skipped), the command runs once per task.
+tasks=${SLURM_NTASKS:-1}
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --ntasks=*) tasks=${1#--ntasks=}; shift ;;
+    -w|--nodelist) shift 2 ;;
+    -*) shift ;;
+    *) break ;;
+  esac
+done
+pids=()
+for ((i = 0; i < tasks; i++)); do
+  SLURM_PROCID=$i SLURM_LOCALID=$i "$@" &
+  pids+=($!)
+done
+status=0
+for pid in "${pids[@]}"; do wait "$pid" || status=1; done
+exit $status
+"""
+FAKE_SCONTROL = """#!/usr/bin/env bash
+[ "$1 $2" = "show hostnames" ] && echo localhost
+"""
+FAKE_SSH = """#!/usr/bin/env bash
+# ssh to a host of this machine: the remote command runs here.
+shift
+exec bash -c "$*"
+"""
+
+
+def _script_env(tmp_path: pathlib.Path, **extra: str) -> dict[str, str]:
+    keys = tmp_path / "keys"
+    assert subprocess.run([sys.executable, "-m", "actorwire", "keygen", str(keys)], capture_output=True).returncode == 0
+    fake = tmp_path / "bin"
+    fake.mkdir()
+    for name, text in {"srun": FAKE_SRUN, "scontrol": FAKE_SCONTROL, "ssh": FAKE_SSH}.items():
+        (fake / name).write_text(text)
+        (fake / name).chmod(0o755)
+    venv_bin = str(pathlib.Path(sys.executable).parent)  # actorwire, python and torchrun of this venv
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ACTORWIRE_", "SLURM_", "TORCHELASTIC_"))}
+    env.update(PATH=os.pathsep.join([str(fake), venv_bin, env.get("PATH", "")]), ACTORWIRE_KEYS=str(keys),
+               ACTORWIRE_PORT=str(_port()), TRAIN_SAMPLES="512", **extra)
+    return env
+
+
+def _run_script(argv: list[str], env: dict[str, str], cwd: pathlib.Path) -> subprocess.CompletedProcess[str]:
+    try:
+        return subprocess.run(argv, env=env, cwd=cwd, capture_output=True, text=True, timeout=150,
+                              start_new_session=True)
+    except subprocess.TimeoutExpired as exc:
+        raise AssertionError(f"{argv[0]} did not finish in 150 s: {exc.stdout!r} {exc.stderr!r}") from None
+
+
+def _ran(result: subprocess.CompletedProcess[str], workers: int, epochs: int) -> None:
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    out = result.stdout
+    assert out.count(f" of {workers} joined") == workers and out.count("done") >= workers, out
+    assert f"epoch {epochs - 1}:" in out and "run ended cleanly" in out, out
+    assert "nan" not in out  # every rank trained a slice of the data it has
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_the_torchrun_example_runs_under_torchrun(tmp_path: pathlib.Path) -> None:
+    env = _script_env(tmp_path, NODE_RANK="0", NNODES="1", PER_NODE="2", MASTER="127.0.0.1",
+                      MASTER_PORT=str(_port()), RUN_ID="torchrun-test")
+    _ran(_run_script(["bash", str(SCRIPTS / "torchrun.sh")], env, tmp_path), workers=2, epochs=3)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_the_sbatch_example_runs_in_a_slurm_environment(tmp_path: pathlib.Path) -> None:
+    env = _script_env(tmp_path, SLURM_JOB_ID="4242", SLURM_JOB_NODELIST="localhost", SLURM_NODELIST="localhost",
+                      SLURM_NTASKS="2", SLURM_NNODES="1")
+    _ran(_run_script(["bash", str(SCRIPTS / "sbatch.sh")], env, tmp_path), workers=2, epochs=3)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_the_ssh_example_runs_one_worker_per_host(tmp_path: pathlib.Path) -> None:
+    env = _script_env(tmp_path, ACTORWIRE_HOST="127.0.0.1")
+    (tmp_path / "examples").symlink_to(ROOT / "examples")  # it runs $PWD/examples/multinode/train.py
+    _ran(_run_script(["bash", str(SCRIPTS / "ssh.sh"), "localhost", "localhost"], env, tmp_path), workers=2,
+         epochs=2)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_a_worker_that_fails_fails_the_ssh_example(tmp_path: pathlib.Path) -> None:
+    """The scripts ended with a bare `wait`, whose status is 0 whatever the workers did."""
+    env = _script_env(tmp_path, ACTORWIRE_HOST="127.0.0.1", JOIN_TIMEOUT="3")
+    (tmp_path / "examples").symlink_to(ROOT / "examples")
+    (tmp_path / "bin" / "ssh").write_text("#!/usr/bin/env bash\nexit 3\n")  # the host is unreachable
+    result = _run_script(["bash", str(SCRIPTS / "ssh.sh"), "localhost"], env, tmp_path)
+    assert result.returncode != 0
