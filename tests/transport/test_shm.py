@@ -7,6 +7,7 @@ import pathlib
 import signal
 import subprocess
 import sys
+import textwrap
 
 import msgspec
 import pytest
@@ -183,3 +184,51 @@ def test_sweep_unlinks_only_the_dead_processs_segments(tmp_path: pathlib.Path) -
         (tmp_path / name).write_bytes(b"")
     assert sorted(sweep(123, str(tmp_path))) == ["aw123_abc-1", "aws123_def-0-0"]
     assert sorted(p.name for p in tmp_path.iterdir()) == ["aw1234_abc-1", "aws12_x-1", "other"]
+
+
+def _dead_pid() -> int:
+    child = subprocess.Popen(["true"])
+    child.wait(10)
+    return child.pid
+
+
+def test_orphans_of_dead_processes_in_this_namespace_are_swept_and_nothing_else(tmp_path: pathlib.Path) -> None:
+    from actorwire.transport.planes._shm import _namespace_tag, sweep_orphans
+
+    tag, other = _namespace_tag(), "ffff" if _namespace_tag() != "ffff" else "0000"
+    dead, live = _dead_pid(), os.getppid()
+    names = {f"aw{dead}_{tag}a1b2c3-0": True, f"aws{dead}_{tag}a1b2c3-0-1": True,
+             f"aw{dead}_{other}a1b2c3-0": False,  # another pid namespace: its pids are not ours to judge
+             f"aw{live}_{tag}a1b2c3-0": False, f"aw{os.getpid()}_{tag}a1b2c3-0": False,
+             f"aw{dead}_abc-1": False, "psm_1234": False, f"xaw{dead}_{tag}a1b2c3": False}
+    for name in names:
+        (tmp_path / name).write_bytes(b"")
+    assert sorted(sweep_orphans(str(tmp_path))) == sorted(n for n, gone in names.items() if gone)
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted(n for n, gone in names.items() if not gone)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(60)
+def test_a_segment_left_by_a_process_no_launcher_of_ours_watched_is_swept_by_the_next_one() -> None:
+    """torchrun or SLURM start the workers: when a worker and its resource tracker die together,
+    nothing of ours was there to sweep, and the segment stayed in /dev/shm for good."""
+    leave = textwrap.dedent("""
+        import os, signal
+        from multiprocessing import resource_tracker, shared_memory
+        from actorwire.transport.planes._shm import segment_prefix
+        seg = shared_memory.SharedMemory(name=segment_prefix("aw") + "-0", create=True, size=4096)
+        print(seg.name, flush=True)
+        os.kill(resource_tracker._resource_tracker._pid, signal.SIGKILL)  # a job kill takes both
+        os.kill(os.getpid(), signal.SIGKILL)
+    """)
+    left = subprocess.run([sys.executable, "-c", leave], capture_output=True, text=True, timeout=30)
+    name = left.stdout.strip()
+    path = pathlib.Path("/dev/shm") / name
+    try:
+        assert left.returncode == -signal.SIGKILL and name and path.exists()
+        nxt = subprocess.run([sys.executable, "-c", "from actorwire.transport.planes._shm import segment_prefix;"
+                              "segment_prefix('aws')"], capture_output=True, text=True, timeout=30)
+        assert nxt.returncode == 0, nxt.stderr
+        assert not path.exists()
+    finally:
+        path.unlink(missing_ok=True)

@@ -14,7 +14,13 @@ Ownership
   unlinks its segments.  If the tracker dies with it (a job kill takes the
   whole process group), the launcher that watched the process does: segment
   names carry the creator's pid (``aw<pid>_...``, ``aws<pid>_...``), and
-  :func:`sweep` unlinks those of a process that is gone.
+  :func:`sweep` unlinks those of a process that is gone.  Where no actorwire
+  launcher watched (torchrun, SLURM), the next process of this user on the
+  host that makes segments does it: the first :func:`segment_prefix` of a
+  process runs :func:`sweep_orphans`, which unlinks the segments of processes
+  that no longer exist.  Names also carry a tag of the creator's pid
+  namespace, so a process never judges the pids of another namespace that
+  shares /dev/shm (containers of one pod).
 
 Python 3.11 registers a segment with the resource tracker also when it is
 merely *attached*, and would unlink the exporter's segment when the importer
@@ -25,6 +31,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import re
 import secrets
 from multiprocessing import resource_tracker, shared_memory
 from typing import Any
@@ -36,9 +43,64 @@ from actorwire.transport.planes._layout import copy_packed, pack_layout, packed_
 DEFAULT_SLOT_BYTES = 64 * 1024 * 1024
 
 
+_NAME = re.compile(r"^(?:aw|aws)(\d+)_([0-9a-f]{4})[0-9a-f]{6}(?:-|$)")
+_swept_in: int | None = None  # the pid that swept (a forked child sweeps again)
+
+
+def _namespace_tag() -> str:
+    """Four hex digits of this process's pid namespace: pids are judged only within it."""
+    try:
+        return f"{os.stat('/proc/self/ns/pid').st_ino & 0xFFFF:04x}"
+    except OSError:
+        return "0000"
+
+
 def segment_prefix(kind: str) -> str:
-    """A fresh name prefix for this process's segments: ``<kind><pid>_<random>``."""
-    return f"{kind}{os.getpid()}_{secrets.token_hex(3)}"
+    """A fresh name prefix for this process's segments: ``<kind><pid>_<namespace tag><random>``.
+    The first call in a process sweeps the orphans of dead processes first."""
+    global _swept_in
+    if _swept_in != os.getpid():
+        _swept_in = os.getpid()
+        sweep_orphans()
+    return f"{kind}{os.getpid()}_{_namespace_tag()}{secrets.token_hex(3)}"
+
+
+def _exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # another user's process: it exists
+        return True
+    return True
+
+
+def sweep_orphans(directory: str = "/dev/shm") -> list[str]:
+    """Unlink the segments of processes that are gone: this user's, made in this pid namespace,
+    whose creator no longer exists (its resource tracker died with it, and no launcher of ours
+    watched it).  Returns their names.  A reused pid keeps its segments: the safe side."""
+    try:
+        names = os.listdir(directory)
+    except OSError:
+        return []
+    tag, me, uid = _namespace_tag(), os.getpid(), os.getuid()
+    swept = []
+    for name in names:
+        found = _NAME.match(name)
+        if found is None or found.group(2) != tag:
+            continue
+        pid = int(found.group(1))
+        if pid == me or _exists(pid):
+            continue
+        path = os.path.join(directory, name)
+        try:
+            if os.stat(path, follow_symlinks=False).st_uid != uid:
+                continue
+            os.unlink(path)
+        except OSError:  # gone already, or not ours
+            continue
+        swept.append(name)
+    return swept
 
 
 def sweep(pid: int, directory: str = "/dev/shm") -> list[str]:
