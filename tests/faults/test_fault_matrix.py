@@ -50,6 +50,8 @@ class Case:
     signal: str = "KILL"
     stop_s: float = 0.0  # for STOP: how long until SIGCONT
     slow_rank: int | None = None
+    restart: bool = False  # start the killed rank again, as torchrun or SLURM would
+    epochs: int = EPOCHS
 
     @property
     def lost(self) -> int:
@@ -71,6 +73,8 @@ class Result:
     wall_s: float
     struck: dict[int, float]
     leftovers: list[str]
+    #: Seconds from the kill to the first aggregated epoch the restarted rank trained a share of.
+    rejoined_s: float | None = None
 
 
 def _run(case: Case, tmp: pathlib.Path) -> Result:
@@ -78,7 +82,7 @@ def _run(case: Case, tmp: pathlib.Path) -> Result:
     flag = tmp / "fault"
     with ActorSystem() as system:
         inbox = system.inbox("main")
-        coordinator = Coordinator(world_size=WORKERS, run_id=system.run_id, num_epochs=EPOCHS, dataset_size=3072,
+        coordinator = Coordinator(world_size=WORKERS, run_id=system.run_id, num_epochs=case.epochs, dataset_size=3072,
                                   batch_size=32, sync_every=8, eval_every=2, checkpoint_every=2, form_group=True,
                                   metrics_sink="main", save_stem=str(tmp / "run"), tick_interval=TICK,
                                   staleness_timeout=STALENESS, join_timeout=45.0, final_eval=True)
@@ -86,13 +90,21 @@ def _run(case: Case, tmp: pathlib.Path) -> Result:
         inbox.watch("coordinator")
         _spawn_consumers(system, WORKERS)
         children = {}
-        for rank in range(WORKERS):
+
+        def start(rank: int, fault: bool = True) -> None:
             env = {"DEMO_DATASET": "3072", "DEMO_SAVE_STEM": str(tmp / "run"), "ACTORWIRE_WORLD_SIZE": str(WORKERS),
-                   "FAULT": case.point, "FAULT_RANKS": case.ranks, "FAULT_SIGNAL": case.signal,
+                   "FAULT": case.point if fault else "", "FAULT_RANKS": case.ranks, "FAULT_SIGNAL": case.signal,
                    "FAULT_FILE": str(flag), "DEMO_STEP_MS": "50" if rank == case.slow_rank else "10",
                    "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])}
             children[rank] = system.launch([sys.executable, SCRIPT], rank=rank, env=env, watcher="coordinator")
-        pids = {rank: child.pid for rank, child in children.items()}
+            pids[rank] = children[rank].pid
+
+        pids: dict[int, int] = {}
+        all_pids: list[int] = []
+        for rank in range(WORKERS):
+            start(rank)
+        restarted: dict[int, float] = {}
+        rejoined: float | None = None
         struck: dict[int, float] = {}
         detected: dict[int, float] = {}
         continued: set[int] = set()
@@ -112,6 +124,10 @@ def _run(case: Case, tmp: pathlib.Path) -> Result:
                     state = coordinator.ranks.get(rank)
                     if rank in coordinator.lost_at_start or (state is not None and not state.alive):
                         detected[rank] = now - struck[rank]
+                        if case.restart:
+                            all_pids.append(pids[rank])
+                            start(rank, fault=False)
+                            restarted[rank] = now
                 if (case.signal == "STOP" and rank in struck and rank not in continued
                         and now - struck[rank] >= case.stop_s):
                     os.kill(pids[rank], signal.SIGCONT)
@@ -124,6 +140,9 @@ def _run(case: Case, tmp: pathlib.Path) -> Result:
             msg = got.message
             if isinstance(msg, m.EpochMetrics):
                 epochs.add(msg.epoch)
+                if rejoined is None and any(msg.per_rank_samples[r] > 0 for r in restarted
+                                            if r < len(msg.per_rank_samples)):
+                    rejoined = now - min(struck.values())
             elif isinstance(msg, m.ShutdownWithSave):
                 ended = msg
             elif isinstance(msg, m.Down) and msg.name == "coordinator":
@@ -135,9 +154,11 @@ def _run(case: Case, tmp: pathlib.Path) -> Result:
                 os.kill(pids[rank], signal.SIGCONT)
         codes = {rank: child.wait(30) for rank, child in children.items()}
         failures = coordinator.failures
+    all_pids += pids.values()
     leftovers = [name for name in os.listdir("/dev/shm")
-                 if any(name.startswith((f"aw{pid}_", f"aws{pid}_")) for pid in pids.values())]
-    return Result(ended, epochs, codes, failures, detected, reformed, time.time() - started, struck, leftovers)
+                 if any(name.startswith((f"aw{pid}_", f"aws{pid}_")) for pid in all_pids)]
+    return Result(ended, epochs, codes, failures, detected, reformed, time.time() - started, struck, leftovers,
+                  rejoined)
 
 
 def _report(case: Case, result: Result) -> None:
@@ -146,6 +167,7 @@ def _report(case: Case, result: Result) -> None:
         with open(path, "a") as f:
             f.write(json.dumps({"case": dataclasses.asdict(case), "detected_s": result.detected_s,
                                 "reformed_s": result.reformed_s, "wall_s": round(result.wall_s, 1),
+                                "rejoined_s": result.rejoined_s,
                                 "failures": result.failures, "codes": result.codes}) + "\n")
 
 
@@ -166,7 +188,7 @@ def test_a_fault_at_each_phase_is_detected_and_the_run_finishes_with_the_survivo
     result = _run(case, tmp_path)
     _report(case, result)
     assert result.ended is None, f"the run ended early: {result.ended.reason.value}: {result.ended.detail}"
-    assert result.epochs == set(range(EPOCHS))
+    assert result.epochs == set(range(case.epochs))
     assert result.failures == case.lost
     if case.point != "none":
         assert result.struck, "the fault never struck: the case does not test what it names"
@@ -185,6 +207,18 @@ def test_a_fault_at_each_phase_is_detected_and_the_run_finishes_with_the_survivo
             assert code in (0, 1)  # told to leave after it was counted lost; it may see the system close first
         else:
             assert code == 0, result.codes
+    assert result.leftovers == []
+
+
+@pytest.mark.timeout(150)
+def test_a_rank_killed_and_started_again_rejoins_and_trains_a_share(tmp_path: pathlib.Path) -> None:
+    """As torchrun or SLURM restart it: same rank, a new process. It was refused ("already taken")."""
+    case = Case("training", restart=True, epochs=16)
+    result = _run(case, tmp_path)
+    _report(case, result)
+    assert result.ended is None and result.epochs == set(range(case.epochs)) and result.failures == 1
+    assert result.rejoined_s is not None, "the restarted rank never trained a share"
+    assert result.codes == {0: 0, 1: 0, 2: 0}  # the new incarnation of rank 1 finished cleanly
     assert result.leftovers == []
 
 
