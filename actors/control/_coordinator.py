@@ -109,6 +109,8 @@ class Coordinator(Actor):
         self.phase = Phase.JOINING
         #: Messages refused because they did not belong in the phase they arrived in, by (kind, phase).
         self.refused: collections.Counter[tuple[str, str]] = collections.Counter()
+        #: Those of them sent by a rank counted alive.
+        self.refused_from_live: collections.Counter[tuple[str, str]] = collections.Counter()
         self.epoch = -1
         self.failures = 0
         self.global_step = 0
@@ -148,9 +150,16 @@ class Coordinator(Actor):
 
     def _refuse(self, msg: Message, ctx: Context) -> None:
         """A message that does not belong in this phase: named, counted, and nothing changes.  In
-        ``stopping``, reports still in flight are expected and logged at debug level."""
-        self.refused[(type(msg).wire_tag(), self.phase.value)] += 1
-        log = ctx.log.debug if self.phase is Phase.STOPPING else ctx.log.warning
+        ``stopping``, reports still in flight are expected, and so are those of a rank counted dead
+        that speaks again: those are logged at debug level."""
+        key = (type(msg).wire_tag(), self.phase.value)
+        self.refused[key] += 1
+        rank = self.ranks.get(self.by_name.get(ctx.sender or "", -1))
+        live = rank is not None and rank.alive and not rank.exited
+        if live:
+            self.refused_from_live[key] += 1
+        # A rank counted dead that speaks again (it was stopped) sends what it was doing: expected.
+        log = ctx.log.warning if live and self.phase is not Phase.STOPPING else ctx.log.debug
         log("message refused: not taken in this phase", kind=type(msg).wire_tag(), phase=self.phase.value,
             rank=getattr(msg, "rank", None), sender=ctx.sender)
 

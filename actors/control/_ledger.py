@@ -89,6 +89,7 @@ class RankState:
         self.rank = rank
         self.name = name
         self.last_seen = now
+        self.joined_at = now
         self.alive = True
         self.exited = False
         self.steps_since_sync = 0

@@ -20,7 +20,7 @@ After every step the invariants are checked:
 * no dead rank is believed alive past the staleness timeout (plus the
   coordinator's tick);
 * a rank that left cleanly (``Exiting``) is never counted as a failure;
-* no message a rank sends is refused as out of phase (``stopping`` aside);
+* no message a live rank sends is refused as out of phase (``stopping`` aside);
 * no coordinator handler raises.
 
 ``actorwire simulate --seeds N`` runs seeds 0..N-1; a failing seed prints the
@@ -54,6 +54,11 @@ FORMATION_TIMEOUT = 8.0  # a rank waits this long for a group to form (gloo's ti
 SESSION_WAIT = 60.0  # after a failed all-reduce, a rank waits this long for a new group
 
 FAULTS = ("kill", "kill_before_join", "pause_short", "pause_long", "slow", "delay", "kill_two", "hang")
+#: Drawn from a stream of their own (``FAULTS`` must not change: the seeds of the tests name runs).
+MORE_FAULTS = ("partition_short", "partition_long", "kill_coordinator")
+JOIN_GIVE_UP = 10.0  # a rank whose join is never answered gives up after this (its join timeout)
+#: Every rank has left this long after the coordinator died: a hang, a stop, a join's timeout.
+COORDINATOR_LOSS_BOUND = 40.0
 
 
 class InvariantBroken(ActorwireError, AssertionError):
@@ -128,6 +133,7 @@ class SimRank:
         self.blocked = False
         self.backlog: list[m.Message] = []
         self.trained: dict[int, set[int]] = {}  # epoch -> samples
+        self.ended_at: float | None = None  # when its process ended
 
     # -- plumbing -------------------------------------------------------------------
 
@@ -314,12 +320,14 @@ class SimRank:
         if self.blocked:
             self.later(0.0, self.unblock)
 
-    def leave_group(self) -> None:
+    def leave_group(self, abort: bool = True) -> None:
+        """Leave the group; ``abort``: the members' collective in progress fails now (gloo, or an
+        abort), else it waits for its own timeout or abort (a dead NCCL peer)."""
         group = self.group
         if group is not None:
             group.broken = True
             for member in group.members.values():
-                if member.syncing is not None:
+                if abort and member.syncing is not None:
                     member.fail_reduce(member.syncing)
         self.group = None
 
@@ -361,7 +369,8 @@ class Simulation:
     """One seeded run of the coordinator and ``ranks`` simulated ranks."""
 
     def __init__(self, seed: int, *, ranks: int | None = None, faults: list[Fault] | None = None,
-                 epochs: int | None = None, dataset: int | None = None, restarts: bool = False) -> None:
+                 epochs: int | None = None, dataset: int | None = None, restarts: bool = False,
+                 backend: str | None = None) -> None:
         self.seed = seed
         rng = self.rng = random.Random(seed)
         self.world = ranks or rng.randint(1, 6)
@@ -378,6 +387,10 @@ class Simulation:
                       reduce_stall_timeout=30.0, exit_grace=10.0, form_group=True, metrics_sink=SINK,
                       eval_every=rng.choice([0, 1]), checkpoint_every=rng.choice([0, 1]),
                       sync_policy=rng.choice(["fixed", "adaptive"]))
+        # Streams of their own, so that the draws above (and the seeds that name runs) stay as they were.
+        drawn_backend = "nccl" if random.Random(f"backend-{seed}").random() < 0.25 else "gloo"
+        self.backend = backend or drawn_backend
+        config["backend"] = self.backend
         self.coordinator = Coordinator(**config)
         self.harness = ActorHarness(self.coordinator, name=COORD, peers=[SINK])
         self.now = 0.0
@@ -394,6 +407,16 @@ class Simulation:
             extra = random.Random(f"restarts-{seed}")
             self.faults.append(Fault("restart", extra.uniform(0.5, 6.0), extra.randrange(self.world),
                                      duration=extra.uniform(0.5, 4.0)))
+        if faults is None:
+            more = random.Random(f"more-faults-{seed}")
+            if more.random() < 0.2:
+                kind = more.choice(MORE_FAULTS)
+                duration = (more.uniform(0.2, RUNTIME_STALENESS * 0.8) if kind == "partition_short"
+                            else more.uniform(RUNTIME_STALENESS + 0.5, 8.0) if kind == "partition_long" else 0.0)
+                self.faults.append(Fault(kind, more.uniform(0.0, 6.0), more.randrange(self.world), duration=duration))
+        self.coordinator_died: float | None = None
+        self._deaths: list[float] = []  # when a rank was killed or died
+        self.partitioned: dict[int, float] = {}  # rank -> until when its link to the coordinator is cut
         self.died_at: dict[int, float] = {}
         self.exited_cleanly: set[int] = set()
         self.delayed_until = 0.0
@@ -452,6 +475,17 @@ class Simulation:
                 return
             self.kill(rank)
             self.after(fault.duration, functools.partial(self._restart, rank))
+        elif fault.kind in ("partition_short", "partition_long"):
+            # The link between the rank and the coordinator is cut, then heals. The streams are
+            # reliable: what was sent meanwhile arrives once it heals. Past the runtime's staleness
+            # both sides are told the other is unreachable, and the rank's node was expelled.
+            if not rank.alive:
+                return
+            self.partitioned[fault.rank] = self.now + fault.duration
+            if fault.duration > RUNTIME_STALENESS and rank.state != "starting":
+                self.after(RUNTIME_STALENESS, lambda: self._cut_off(rank))
+        elif fault.kind == "kill_coordinator":
+            self.kill_coordinator()
         elif fault.kind == "hang" and rank.alive and not rank.blocked:
             # The training thread is stuck in the user's code (a long step, a dead data loader):
             # it serves no message, enters no collective; its heartbeat thread goes on.
@@ -478,18 +512,24 @@ class Simulation:
             return
         joined = rank.state == "joined"
         rank.state = "dead"
+        rank.ended_at = self.now
         self.died_at[rank.rank] = self.now
-        rank.leave_group()
+        self._deaths.append(self.now)
+        # A gloo peer's collective fails at once (its connection resets); an NCCL peer's waits
+        # until it is aborted (DeclareDead) or its own timeout passes.
+        rank.leave_group(abort=self.backend == "gloo")
         self.after(self.rng.uniform(*EXIT_DETECTION), lambda: self._exited(rank, -9, joined))
 
     def process_exit(self, rank: SimRank, code: int) -> None:
         if not rank.alive:
             return
         rank.state = "exited" if code == 0 else "dead"
+        rank.ended_at = self.now
         if code == 0:
             self.exited_cleanly.add(rank.rank)
         else:
             self.died_at[rank.rank] = self.now
+            self._deaths.append(self.now)
         rank.leave_group()
         self.after(self.rng.uniform(*EXIT_DETECTION), lambda: self._exited(rank, code, True))
 
@@ -503,6 +543,27 @@ class Simulation:
         how = f"killed by signal {-code}" if code < 0 else f"exited with status {code}"
         self._coordinator(lambda: self.harness.deliver(m.RankExited(rank=rank.rank, returncode=code, detail=how),
                                                        sender="~launcher/1"))
+
+    def _cut_off(self, rank: SimRank) -> None:
+        if rank.alive and not rank.declared_down and self.now < self.partitioned.get(rank.rank, 0.0):
+            self.died_at.setdefault(rank.rank, self.now - RUNTIME_STALENESS)
+            self._coordinator(lambda: self.harness.down(rank.name, m.DownReason.UNREACHABLE, "no heartbeat"))
+            rank.declared_down = True
+            down = m.Down(name=COORD, reason=m.DownReason.UNREACHABLE, detail="no heartbeat")
+            self.at(self.partitioned[rank.rank], lambda: rank.receive(down))  # heard once it heals
+
+    def kill_coordinator(self) -> None:
+        """The coordinator's process dies: every rank hears its Down and leaves; a rank still joining
+        gives up when its join times out."""
+        if self.coordinator_died is not None or self.harness.ctx.stopped:
+            return
+        self.coordinator_died = self.now
+        down = m.Down(name=COORD, reason=m.DownReason.DEAD, detail="status -9")
+        for rank in self.ranks:
+            if rank.state == "joined":
+                self.after(self.rng.uniform(*EXIT_DETECTION), functools.partial(rank.receive, down))
+            elif rank.state == "joining":  # its join was sent: no answer will come
+                self.after(JOIN_GIVE_UP, functools.partial(self.process_exit, rank, 1))
 
     def _unreachable(self, rank: SimRank) -> None:
         if rank.alive and self.now < rank.paused_until and not rank.declared_down:
@@ -518,19 +579,25 @@ class Simulation:
     def after(self, delay: float, action: Callable[[], None]) -> None:
         self.at(self.now + delay, action)
 
-    def _delay(self, link: tuple[str, str]) -> float:
+    def _delay(self, link: tuple[str, str], rank: int) -> float:
         delay = self.rng.uniform(0.0002, 0.005) + (0.5 if self.now < self.delayed_until else 0.0)
         when = max(self.now + delay, self._links.get(link, 0.0))  # in order per link
+        if self.now < self.partitioned.get(rank, 0.0):
+            when = max(when, self.partitioned[rank])
         self._links[link] = when
         return when
 
     def to_coordinator(self, rank: SimRank, message: m.Message, *, sender: str, corr: int) -> None:
         self.messages += 1
-        self.at(self._delay((rank.name, COORD)), lambda: self._coordinator(
+        if self.coordinator_died is not None:  # nobody there: a join is never answered
+            if isinstance(message, m.JoinRequest):
+                self.after(JOIN_GIVE_UP, functools.partial(self.process_exit, rank, 1))
+            return
+        self.at(self._delay((rank.name, COORD), rank.rank), lambda: self._coordinator(
             lambda: self.harness.deliver(message, sender=sender, correlation_id=corr)))
 
     def _coordinator(self, step: Callable[[], list[Any]]) -> None:
-        if self.harness.ctx.stopped:
+        if self.harness.ctx.stopped or self.coordinator_died is not None:
             return
         self.harness.ctx.known.update(r.name for r in self.ranks if not r.declared_down)
         for r in self.ranks:
@@ -555,7 +622,7 @@ class Simulation:
         if isinstance(message, (m.Shutdown, m.ShutdownWithSave)):
             self.told_end.add(id(rank))
         self.messages += 1
-        self.at(self._delay((COORD, rank.name)), lambda: rank.receive(message))
+        self.at(self._delay((COORD, rank.name), rank.rank), lambda: rank.receive(message))
 
     # -- running ----------------------------------------------------------------------
 
@@ -569,7 +636,10 @@ class Simulation:
             self.at(self.rng.uniform(0.05, 2.0), rank.start)
         self._coordinator(self.harness.start)
         while not self.harness.ctx.stopped:
-            timers = [due for due, _, _ in self.harness.ctx.timers.values()]
+            if self.coordinator_died is not None and not any(r.alive for r in self.incarnations):
+                break  # every rank has left after the coordinator's death
+            gone = self.coordinator_died is not None  # its timers died with it
+            timers = [] if gone else [due for due, _, _ in self.harness.ctx.timers.values()]
             next_event = self._events[0][0] if self._events else float("inf")
             due = min(timers, default=float("inf"))
             if due <= next_event:
@@ -585,7 +655,8 @@ class Simulation:
                 action()
             self._check()
         self._check_end()
-        reason = "shutdown" if isinstance(self.ended, m.Shutdown) else (
+        reason = "coordinator_lost" if self.coordinator_died is not None else "shutdown" if isinstance(
+            self.ended, m.Shutdown) else (
             self.ended.reason.value if isinstance(self.ended, m.ShutdownWithSave) else "none")
         detail = self.ended.detail if isinstance(self.ended, m.ShutdownWithSave) else ""
         return Outcome(self.seed, reason, detail, self.ended_at or self.now, len(self.coordinator.history),
@@ -599,12 +670,19 @@ class Simulation:
 
     def _check(self) -> None:
         c = self.coordinator
+        if self.coordinator_died is not None:
+            if self.now > self.coordinator_died + COORDINATOR_LOSS_BOUND:
+                left = [r.rank for r in self.incarnations if r.alive]
+                self._fail(f"rank(s) {left} still running {COORDINATOR_LOSS_BOUND:g} s after the coordinator died")
+            return
         if self.now > self.deadline:
             self._fail(f"the run has not ended after {self.deadline:.0f} s (phase {c.phase}, epoch {c.epoch})")
         limit = self.staleness + self.tick + EXIT_DETECTION[1] + 0.1
         for rank, died in self.died_at.items():
             state = c.ranks.get(rank)
-            if state is not None and state.alive and not state.exited and self.now - died > limit \
+            # From its death, or from its join if that came later (a join held back by a cut link
+            # arrives after the runtime gave up on the rank: the coordinator learns of it only then).
+            if state is not None and state.alive and not state.exited and self.now - max(died, state.joined_at) > limit \
                     and c.phase != "stopping":
                 self._fail(f"rank {rank} died at {died:.3f} s and is still believed alive")
         for rank in self.exited_cleanly:
@@ -613,14 +691,9 @@ class Simulation:
                                            and not state.told_to_leave):
                 self._fail(f"rank {rank} left cleanly and was counted as lost")
 
-    def _check_end(self) -> None:
+    def _check_epochs(self) -> None:
+        """Every sample of every aggregated epoch trained, and no sample by two live ranks."""
         c = self.coordinator
-        if self.ended is None:
-            self._fail(f"the coordinator stopped without Shutdown or ShutdownWithSave (phase {c.phase})")
-        if isinstance(self.ended, m.ShutdownWithSave) and not self.ended.detail:
-            self._fail(f"ShutdownWithSave({self.ended.reason.value}) without a detail")
-        if isinstance(self.ended, m.Shutdown) and len(c.history) != self.epochs:
-            self._fail(f"Shutdown after {len(c.history)} of {self.epochs} epochs")
         for metrics in c.history:
             epoch = metrics.epoch
             trained = [r.trained.get(epoch, set()) for r in self.incarnations]
@@ -635,12 +708,34 @@ class Simulation:
                 for b in counted[i + 1:]:
                     if a & b:
                         self._fail(f"epoch {epoch}: two live ranks trained sample {min(a & b)}")
+
+    def _check_end(self) -> None:
+        c = self.coordinator
+        if self.coordinator_died is not None:
+            left = [r.rank for r in self.incarnations if r.alive]
+            if left:
+                self._fail(f"rank(s) {left} never left after the coordinator died")
+            self._check_epochs()
+            return
+        if self.ended is None:
+            self._fail(f"the coordinator stopped without Shutdown or ShutdownWithSave (phase {c.phase})")
+        if isinstance(self.ended, m.ShutdownWithSave) and not self.ended.detail:
+            self._fail(f"ShutdownWithSave({self.ended.reason.value}) without a detail")
+        if isinstance(self.ended, m.Shutdown) and len(c.history) != self.epochs:
+            self._fail(f"Shutdown after {len(c.history)} of {self.epochs} epochs")
+        self._check_epochs()
+        if self.backend == "nccl" and isinstance(self.ended, m.Shutdown):
+            started = next((t for t, msg in self.sunk if isinstance(msg, m.StartEpoch)), None)
+            lost_running = started is not None and any(t > started for t in self._deaths)
+            live = [r for r in c.ranks.values() if r.alive]
+            if lost_running and len(live) < 2:
+                self._fail("an NCCL run went on with one survivor after a death (it must save: single_survivor)")
         for r in self.ranks:
             state = c.ranks.get(r.rank)
             believed = state is not None and state.alive and not state.exited  # a dead one hears silence
             if believed and r.state == "joined" and not r.declared_down and id(r) not in self.told_end:
                 self._fail(f"rank {r.rank} was never told that the run ended (it waits for plans)")
-        early = {key: n for key, n in c.refused.items() if key[1] != "stopping"}
+        early = {key: n for key, n in c.refused_from_live.items() if key[1] != "stopping"}
         if early:
             self._fail(f"the coordinator refused messages as out of phase: {early}")
         if self.faults == [] and isinstance(self.ended, m.ShutdownWithSave):

@@ -800,3 +800,20 @@ def test_a_death_while_the_run_is_stopping_is_no_loss_and_no_save() -> None:
     h.deliver(m.Exiting(rank=0), sender="worker/0")
     h.down("worker/1", m.DownReason.DEAD, "status -9")
     assert h.actor.saved is None and sent(h, m.ShutdownWithSave) == []
+
+
+def test_a_late_report_of_a_rank_counted_dead_is_refused_quietly() -> None:
+    """A rank stopped past the staleness timeout and continued sends what it was doing (simulator
+    seeds 3324 and 11784): refused, but it is no live rank's mistake."""
+    h = make(world=2, num_epochs=1, dataset_size=4, sync_every=100, final_eval=False, eval_every=0)
+    join_all(h, world=2)
+    h.advance(2.5)
+    batch(h, 0, 2)  # rank 0 trains its share; rank 1 is silent past the staleness timeout
+    h.advance(1.5)
+    assert not h.actor.ranks[1].alive
+    batch(h, 0, 2)  # and rank 1's remainder
+    h.deliver(m.MetricsMsg(rank=0, epoch=0, avg_loss=0.5, batches_processed=4, epoch_ms=1.0, samples_processed=4,
+                           share_complete_ms=1.0, extensions=1), sender="worker/0")
+    assert h.actor.phase == "finishing"
+    batch(h, 1, 1)
+    assert h.actor.refused[("batch", "finishing")] == 1 and not h.actor.refused_from_live

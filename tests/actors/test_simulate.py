@@ -3,8 +3,10 @@ and the seeds that found bugs (each failed before its fix)."""
 
 from __future__ import annotations
 
+import functools
 import subprocess
 import sys
+from typing import Any
 
 import pytest
 
@@ -16,7 +18,8 @@ from actorwire.actors.control._simulate import Fault, InvariantBroken, Simulatio
 def test_three_thousand_seeds_break_no_invariant() -> None:
     outcomes, broken = run_seeds(range(3000))
     assert broken == []
-    assert {o.ended_by for o in outcomes} <= {"shutdown", "too_few_ranks", "all_ranks_lost"}
+    assert {o.ended_by for o in outcomes} <= {"shutdown", "too_few_ranks", "all_ranks_lost", "single_survivor",
+                                              "coordinator_lost"}
     assert sum(o.ended_by == "shutdown" for o in outcomes) > 2700  # most runs recover and finish
 
 
@@ -42,7 +45,8 @@ BROKE_BEFORE = {
 @pytest.mark.parametrize("seed", sorted(BROKE_BEFORE))
 def test_the_seeds_that_found_coordinator_bugs_now_hold(seed: int) -> None:
     outcome = simulate(seed)
-    assert outcome.ended_by in ("shutdown", "all_ranks_lost", "too_few_ranks"), BROKE_BEFORE[seed]
+    assert outcome.ended_by in ("shutdown", "all_ranks_lost", "too_few_ranks", "single_survivor",
+                                "coordinator_lost"), BROKE_BEFORE[seed]
 
 
 def test_the_invariants_can_fail() -> None:
@@ -63,7 +67,7 @@ def test_the_invariants_can_fail() -> None:
 # -- named scenarios (seed-protocols.md section 3) --------------------------------------------
 
 
-SCENARIO = dict(ranks=3, epochs=2, dataset=600)
+SCENARIO = dict(ranks=3, epochs=2, dataset=600, backend="gloo")
 
 
 def _mid_epoch(seed: int = 7) -> float:
@@ -163,9 +167,96 @@ def test_a_thousand_seeds_with_restarted_ranks_break_no_invariant() -> None:
 
 def test_a_restarted_rank_rejoins_and_trains_again() -> None:
     mid = _mid_epoch()
-    sim = Simulation(7, faults=[Fault("restart", mid, 1, duration=0.5)], ranks=3, epochs=3, dataset=600)
+    sim = Simulation(7, faults=[Fault("restart", mid, 1, duration=0.5)], ranks=3, epochs=3, dataset=600, backend="gloo")
     sim.run()
     state = sim.coordinator.ranks[1]
     assert state.alive and not state.waiting and sim.ranks[1] is not sim.incarnations[1]
     assert sim.ranks[1].trained  # the new incarnation trained a share of a later epoch
     assert isinstance(sim.ended, m.Shutdown) and sim.coordinator.failures == 1
+
+
+def test_a_lone_nccl_survivor_saves_and_the_invariant_catches_one_that_goes_on() -> None:
+    mid = _mid_epoch()
+    sim = Simulation(7, faults=[Fault("kill", mid, 1)], ranks=2, epochs=2, dataset=600, backend="nccl")
+    sim.run()
+    assert isinstance(sim.ended, m.ShutdownWithSave) and sim.ended.reason is m.SaveReason.SINGLE_SURVIVOR
+    careless = Simulation(7, faults=[Fault("kill", mid, 1)], ranks=2, epochs=2, dataset=600, backend="nccl")
+    careless.coordinator._unrecoverable = lambda: None  # type: ignore[method-assign]
+    with pytest.raises(InvariantBroken, match="NCCL run went on with one survivor"):
+        careless.run()
+
+
+def _in_a_reduce(backend: str) -> float:
+    """A moment of the fault-free run when another rank waits in an all-reduce that rank 1 has not
+    entered yet (after mid-epoch)."""
+    from actorwire.actors.control._simulate import SimRank
+
+    entered: dict[int, dict[int, float]] = {}  # cycle -> rank -> when
+    original = SimRank.enter_reduce
+
+    def spy(self: SimRank, cycle: int) -> None:
+        entered.setdefault(cycle, {})[self.rank] = self.sim.now
+        original(self, cycle)
+
+    SimRank.enter_reduce = spy  # type: ignore[method-assign]
+    try:
+        Simulation(7, faults=[], ranks=3, epochs=2, dataset=600, backend=backend).run()
+    finally:
+        SimRank.enter_reduce = original  # type: ignore[method-assign]
+    mid = _mid_epoch()
+    for _, who in sorted(entered.items()):
+        first = min(who.values())
+        if first > mid and who.get(1, 0.0) > first + 0.001:
+            return first + 0.0005
+    raise AssertionError("no cycle where rank 1 came last")
+
+
+def _without_declare_dead(tell_all: Any, ctx: Any, msg: m.Message) -> None:
+    if not isinstance(msg, m.DeclareDead):
+        tell_all(ctx, msg)
+
+
+def test_an_nccl_peer_death_in_a_collective_is_broken_by_declare_dead_not_by_a_timeout() -> None:
+    """A dead NCCL peer does not reset the survivors' collective: they wait in it until the
+    coordinator's DeclareDead aborts it. Without that abort they sit out the collective's timeout."""
+    at = _in_a_reduce("nccl")
+    runs = {}
+    for abort in (True, False):
+        sim = Simulation(7, faults=[Fault("kill", at, 1)], ranks=3, epochs=2, dataset=600, backend="nccl")
+        if not abort:
+            sim.coordinator._tell_all = functools.partial(_without_declare_dead,  # type: ignore[method-assign]
+                                                          sim.coordinator._tell_all)
+        sim.run()
+        assert isinstance(sim.ended, m.Shutdown) and sim.coordinator.failures == 1
+        runs[abort] = sim.ended_at
+    assert runs[False] - runs[True] > 5.0  # the collective's own timeout (8 s here) was the difference
+
+
+def test_when_the_coordinator_dies_every_rank_leaves() -> None:
+    mid = _mid_epoch()
+    sim = _run([Fault("kill_coordinator", mid, 0)])
+    outcome = Outcome_of(sim)
+    assert outcome == "coordinator_lost"
+    assert all(not r.alive and r.ended_at is not None and r.ended_at < mid + 1.0 for r in sim.incarnations)
+    assert sim.exited_cleanly == {0, 1, 2}  # the user's loop ends: shutting_down, then finish()
+
+
+def test_a_rank_still_joining_when_the_coordinator_dies_gives_up_at_its_join_timeout() -> None:
+    sim = _run([Fault("kill_coordinator", 0.01, 0)])
+    assert not any(r.alive for r in sim.incarnations)
+    assert all(r.ended_at is not None and r.ended_at <= 0.01 + 2.0 + 10.0 for r in sim.incarnations)
+
+
+def test_a_short_partition_that_heals_is_no_death() -> None:
+    sim = _run([Fault("partition_short", _mid_epoch(), 1, duration=2.0)])
+    assert sim.coordinator.failures == 0 and isinstance(sim.ended, m.Shutdown)
+
+
+def test_a_long_partition_is_a_death_the_run_survives_and_the_cut_off_rank_leaves() -> None:
+    sim = _run([Fault("partition_long", _mid_epoch(), 1, duration=6.0)])
+    assert sim.coordinator.failures == 1 and isinstance(sim.ended, m.Shutdown)
+    assert not sim.ranks[1].alive  # after the link healed it heard that its coordinator was gone
+
+
+def Outcome_of(sim: Simulation) -> str:  # noqa: N802
+    return "coordinator_lost" if sim.coordinator_died is not None else type(sim.ended).__name__
