@@ -4,7 +4,8 @@ A real signal to a real process, at a moment chosen by code rather than by a tim
 every case of the fault matrix hits the phase it names. The environment says where:
 ``FAULT`` (the point, see ``POINTS``), ``FAULT_RANKS`` (launch ranks, comma-separated, or
 ``any``: whichever rank gets there, for eval and checkpoint, which run on one elected rank),
-``FAULT_SIGNAL`` (``KILL`` or ``STOP``) and ``FAULT_FILE`` (where the wall time of the signal is
+``FAULT_SIGNAL`` (``KILL`` or ``STOP``; ``hang_in_sync`` sends none: the training thread sleeps
+``FAULT_HANG_S`` inside its all-reduce while its heartbeats go on) and ``FAULT_FILE`` (where the wall time of the signal is
 written, for the detection times; one file per rank, ``<FAULT_FILE>.<rank>``).
 """
 
@@ -16,7 +17,8 @@ import sys
 import time
 from typing import Any
 
-POINTS = ("startup", "join", "formation", "training", "sync", "eval", "checkpoint", "weights", "shutdown")
+POINTS = ("startup", "join", "formation", "training", "sync", "eval", "checkpoint", "weights", "shutdown",
+          "hang_in_sync")
 
 
 def main() -> int:
@@ -48,6 +50,9 @@ def main() -> int:
         with open(path + ".tmp", "w") as f:
             f.write(repr(time.time()))
         os.replace(path + ".tmp", path)  # the test never reads a half-written time
+        if where == "hang_in_sync":
+            time.sleep(float(os.environ.get("FAULT_HANG_S", "15")))
+            return
         os.kill(os.getpid(), signum)
 
     def wrap(owner: Any, name: str, before: str | None = None, after: str | None = None,
@@ -95,6 +100,7 @@ def main() -> int:
         state["reduces"] += 1
         if in_epoch_1():
             fault("sync")
+            fault("hang_in_sync")
         return original_reduce(self, tensor)
 
     GlooCommunicator.all_reduce_sum = all_reduce_sum  # type: ignore[method-assign]
