@@ -27,7 +27,7 @@ from typing import Any
 
 from actorwire.actors.control import _rank
 from actorwire.actors.control._rank import Effect, RankProtocol
-from actorwire.actors.control._rank_ops import run_checkpoint, run_eval, weighted_average
+from actorwire.actors.control._rank_ops import carry_out
 from actorwire.actors.runtime._actor import Actor, handler
 from actorwire.actors.runtime._context import Context
 from actorwire.messages import (
@@ -53,7 +53,7 @@ from actorwire.messages import (
     TimerFired,
 )
 from actorwire.transport import ActorDead, UnknownActor
-from actorwire.transport.comm import CommError, Communicator
+from actorwire.transport.comm import Communicator
 
 _FROM_COORDINATOR = (StartEpoch, ExtendPartition, SyncNow, SetGlobalStep, SetEpochCallbackRole, EpochAggregated,
                      EvalBroadcast, ExecuteEval, Checkpoint, RequestNewNcclId, NewNcclSession, DeclareDead,
@@ -198,44 +198,15 @@ class GpuWorker(Actor):
     def _run(self, ctx: Context, effects: list[Effect]) -> None:
         p = self.protocol
         for effect in effects:
-            if isinstance(effect, _rank.Send):
+            more = carry_out(effect, p, self.comm, parameters=self.parameters, evaluate=self.evaluate,
+                             checkpoint=self.checkpoint, now=ctx.now)
+            if more is not None:
+                self._run(ctx, more)
+            elif isinstance(effect, _rank.Send):
                 try:
                     ctx.tell(self.coordinator, effect.message)
                 except (ActorDead, UnknownActor) as exc:
                     self._run(ctx, p.coordinator_gone(str(exc)))
-            elif isinstance(effect, _rank.AllReduce):
-                error = None
-                params = self.parameters()
-                if params and self.comm is not None:
-                    try:
-                        weighted_average(self.comm, params, effect.steps)
-                    except CommError as exc:
-                        error = str(exc)
-                self._run(ctx, p.sync_done(effect.cycle, error, ctx.now()))
-            elif isinstance(effect, _rank.FormGroup):
-                error = None
-                if self.comm is not None:
-                    s = effect.session
-                    try:
-                        self.comm.init(s.uid, s.new_rank, s.new_world_size)
-                    except CommError as exc:
-                        error = str(exc)
-                self._run(ctx, p.group_formed(effect.session.attempt, error, ctx.now()))
-            elif isinstance(effect, _rank.MakeGroupId):
-                if self.comm is None:
-                    continue
-                try:
-                    uid, error = self.comm.new_unique_id(), None
-                except CommError as exc:
-                    uid, error = None, str(exc)
-                self._run(ctx, p.group_id_made(effect.attempt, uid, error))
-            elif isinstance(effect, _rank.AbortGroup):
-                if self.comm is not None:
-                    self.comm.abort()
-            elif isinstance(effect, _rank.Evaluate):
-                self._run(ctx, p.evaluated(run_eval(self.rank, effect.request, self.evaluate)))
-            elif isinstance(effect, _rank.SaveCheckpoint):
-                self._run(ctx, p.checkpointed(run_checkpoint(self.rank, effect.request, self.checkpoint)))
             elif isinstance(effect, _rank.Log):
                 getattr(ctx.log, effect.level)(effect.event, **effect.fields)
             elif isinstance(effect, _rank.Ended):

@@ -6,8 +6,9 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from actorwire.actors.control import _rank
 from actorwire.messages import Checkpoint, CheckpointResult, EvalResult, ExecuteEval
-from actorwire.transport.comm import Communicator
+from actorwire.transport.comm import CommError, Communicator
 
 
 def weighted_average(comm: Communicator, params: list[Any], steps: int) -> None:
@@ -55,3 +56,46 @@ def run_checkpoint(rank: int, msg: Checkpoint, fn: Callable[[int], str | None] |
             error = f"{type(exc).__name__}: {exc}"
     return CheckpointResult(rank=rank, version=msg.version, elapsed_ms=(time.monotonic() - t0) * 1000,
                             error=error, path=path)
+
+
+def carry_out(effect: _rank.Effect, protocol: _rank.RankProtocol, comm: Communicator | None, *,
+              parameters: Callable[[], list[Any]], evaluate: Callable[[int], float] | None,
+              checkpoint: Callable[[int], str | None] | None, now: Callable[[], float]) -> list[_rank.Effect] | None:
+    """Carry out one of the effects every real rank runs the same way (the all-reduce, forming a group,
+    making its id, an abort, an eval, a checkpoint), in the calling thread; the protocol's answer
+    to its result comes back.  None for the effects the driver carries out itself (``Send``,
+    ``Log``, ``Ended``, ``RunEpochFn``): how it talks and leaves is its own."""
+    if isinstance(effect, _rank.AllReduce):
+        error = None
+        params = parameters()
+        if params and comm is not None:
+            try:
+                weighted_average(comm, params, effect.steps)
+            except CommError as exc:
+                error = str(exc)
+        return protocol.sync_done(effect.cycle, error, now())
+    if isinstance(effect, _rank.FormGroup):
+        error = None
+        if comm is not None:
+            s = effect.session
+            try:
+                comm.init(s.uid, s.new_rank, s.new_world_size)
+            except CommError as exc:  # any error forming a group is a formation failure, said
+                error = str(exc)
+        return protocol.group_formed(effect.session.attempt, error, now())
+    if isinstance(effect, _rank.MakeGroupId):
+        if comm is None:
+            return []  # no group to form here: the coordinator asks another rank
+        try:
+            return protocol.group_id_made(effect.attempt, comm.new_unique_id(), None)
+        except CommError as exc:
+            return protocol.group_id_made(effect.attempt, None, str(exc))
+    if isinstance(effect, _rank.AbortGroup):
+        if comm is not None:
+            comm.abort()
+        return []
+    if isinstance(effect, _rank.Evaluate):
+        return protocol.evaluated(run_eval(protocol.rank, effect.request, evaluate))
+    if isinstance(effect, _rank.SaveCheckpoint):
+        return protocol.checkpointed(run_checkpoint(protocol.rank, effect.request, checkpoint))
+    return None

@@ -34,13 +34,13 @@ from typing import Any
 from actorwire.actors import _names
 from actorwire.actors.control import _rank
 from actorwire.actors.control._rank import Effect, Plan, RankProtocol, WorkerError
-from actorwire.actors.control._rank_ops import run_checkpoint, run_eval, weighted_average
+from actorwire.actors.control._rank_ops import carry_out
 from actorwire.messages import EpochMetrics, IntentKind, SaveReason, ShutdownWithSave
 from actorwire.transport import ActorDead, SystemClosed, UnknownActor
 from actorwire.transport._errors import InvalidArgument
 from actorwire.transport._log import get_logger
 from actorwire.transport._settings import settings
-from actorwire.transport.comm import CommError, Communicator, GlooCommunicator
+from actorwire.transport.comm import Communicator, GlooCommunicator
 
 __all__ = ["Plan", "Worker", "WorkerError"]
 
@@ -347,47 +347,22 @@ class Worker:
             self._run(p.tick(time.monotonic()))
         self._run(p.tick(time.monotonic()))
 
+    def _parameters(self) -> list[Any]:
+        return list(self.model.parameters()) if self.model is not None else []
+
     def _run(self, effects: list[Effect]) -> None:
         p = self.protocol
         for effect in effects:
             now = time.monotonic
-            if isinstance(effect, _rank.Send):
+            more = carry_out(effect, p, self.comm, parameters=self._parameters, evaluate=self.eval_fn,
+                             checkpoint=self.checkpoint_fn, now=now)
+            if more is not None:
+                self._run(more)
+            elif isinstance(effect, _rank.Send):
                 try:
                     self.inbox.tell(self.coordinator, effect.message)
                 except (ActorDead, UnknownActor, SystemClosed) as exc:
                     self._run(p.coordinator_gone(str(exc)))
-            elif isinstance(effect, _rank.AllReduce):
-                error = None
-                if self.comm is not None and self.model is not None:
-                    try:
-                        weighted_average(self.comm, list(self.model.parameters()), effect.steps)
-                    except CommError as exc:
-                        error = str(exc)
-                self._run(p.sync_done(effect.cycle, error, now()))
-            elif isinstance(effect, _rank.FormGroup):
-                error = None
-                if self.comm is not None:
-                    s = effect.session
-                    try:
-                        self.comm.init(s.uid, s.new_rank, s.new_world_size)
-                    except CommError as exc:
-                        error = str(exc)
-                self._run(p.group_formed(effect.session.attempt, error, now()))
-            elif isinstance(effect, _rank.MakeGroupId):
-                if self.comm is None:
-                    continue  # no group to form here: the coordinator asks another rank
-                try:
-                    uid, error = self.comm.new_unique_id(), None
-                except CommError as exc:
-                    uid, error = None, str(exc)
-                self._run(p.group_id_made(effect.attempt, uid, error))
-            elif isinstance(effect, _rank.AbortGroup):
-                if self.comm is not None:
-                    self.comm.abort()
-            elif isinstance(effect, _rank.Evaluate):
-                self._run(p.evaluated(run_eval(self.rank, effect.request, self.eval_fn)))
-            elif isinstance(effect, _rank.SaveCheckpoint):
-                self._run(p.checkpointed(run_checkpoint(self.rank, effect.request, self.checkpoint_fn)))
             elif isinstance(effect, _rank.RunEpochFn):
                 if self.epoch_fn is not None:
                     t0 = now()

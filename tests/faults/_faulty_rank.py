@@ -23,7 +23,7 @@ POINTS = ("startup", "join", "formation", "training", "sync", "eval", "checkpoin
 
 def main() -> int:
     from actorwire.actors.cli import _demo_train
-    from actorwire.actors.control import _worker
+    from actorwire.actors.control import _rank_ops, _worker
     from actorwire.actors.weights._sender import WeightSender
     from actorwire.transport.comm import GlooCommunicator
 
@@ -104,8 +104,8 @@ def main() -> int:
         return original_reduce(self, tensor)
 
     GlooCommunicator.all_reduce_sum = all_reduce_sum  # type: ignore[method-assign]
-    wrap(_worker, "run_eval", before="eval")
-    wrap(_worker, "run_checkpoint", before="checkpoint")
+    wrap(_rank_ops, "run_eval", before="eval")
+    wrap(_rank_ops, "run_checkpoint", before="checkpoint")
     wrap(WeightSender, "send_weights", before="weights", when=in_epoch_1)
     wrap(_worker.Worker, "drain_pending_shutdown", after="shutdown")
     fault("startup")  # torch is imported and the data not yet made: the rank has not joined
