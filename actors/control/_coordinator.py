@@ -36,7 +36,7 @@ from actorwire.actors.control._ledger import (
     shares,
     split_slices,
 )
-from actorwire.actors.control._phases import Event, Phase, accepts, next_phase
+from actorwire.actors.control._phases import ACCEPTED, Event, Phase, next_phase
 from actorwire.actors.runtime._actor import Actor, handler
 from actorwire.actors.runtime._context import Context
 from actorwire.messages import (
@@ -89,7 +89,7 @@ def _phased(fn: Callable[[Coordinator, Any, Context], None]) -> Callable[[Coordi
 
     @functools.wraps(fn)
     def gate(self: Coordinator, msg: Any, ctx: Context) -> None:
-        if accepts(self.phase, type(msg)):
+        if type(msg) in self._taken:  # on every message: one set lookup (ACCEPTED of the phase)
             fn(self, msg, ctx)
         else:
             self._refuse(msg, ctx)
@@ -107,6 +107,7 @@ class Coordinator(Actor):
         self._blocker: RankState | None = None
         self.by_name: dict[str, int] = {}
         self.phase = Phase.JOINING
+        self._taken = ACCEPTED[self.phase]  # what the phase takes; set with the phase, read per message
         #: Messages refused because they did not belong in the phase they arrived in, by (kind, phase).
         self.refused: collections.Counter[tuple[str, str]] = collections.Counter()
         #: Those of them sent by a rank counted alive.
@@ -147,6 +148,7 @@ class Coordinator(Actor):
 
     def _move(self, event: Event) -> None:
         self.phase = next_phase(self.phase, event)
+        self._taken = ACCEPTED[self.phase]
 
     def _refuse(self, msg: Message, ctx: Context) -> None:
         """A message that does not belong in this phase: named, counted, and nothing changes.  In
