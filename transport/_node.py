@@ -104,6 +104,7 @@ from actorwire.transport._errors import (
 )
 from actorwire.transport._log import get_logger
 from actorwire.transport._membership import HelloRefused, Parking, View
+from actorwire.transport._process import process_alive
 from actorwire.transport._registry import HELD_BY_A_LIVE_NODE, Registry, RegistryError
 from actorwire.transport._security import ZAP_ENDPOINT, Security
 from actorwire.transport._settings import settings
@@ -303,7 +304,7 @@ class Node:
         self._links: dict[str, _Link] = {}
         self._registry: Registry | None = (
             Registry(root_node=self.info, staleness_timeout=self.config.scaled(self.config.staleness_timeout),
-                     now=time.monotonic(), process_alive=_process_alive)
+                     now=time.monotonic(), process_alive=process_alive)
             if self.is_root else None
         )
 
@@ -1432,21 +1433,6 @@ class Node:
                 self._out.append((pair.node_id, record))
             if again:
                 self._log.info("re-sending messages not acknowledged", target=pair.target, count=len(again))
-
-
-def _process_alive(pid: int) -> bool:
-    """Whether process ``pid`` of this host still runs (a zombie does not)."""
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        with open(f"/proc/{pid}/stat", "rb") as stat:
-            return stat.read().rsplit(b")", 1)[-1].split()[0] != b"Z"
-    except (OSError, IndexError):
-        return True
 
 
 def _wake_pipe() -> tuple[int, int]:

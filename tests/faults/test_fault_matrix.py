@@ -31,6 +31,7 @@ from actorwire import messages as m
 from actorwire.actors import ActorSystem
 from actorwire.actors.cli._demo import _spawn_consumers
 from actorwire.actors.control._coordinator import Coordinator
+from actorwire.transport._process import process_alive
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(150)]
 
@@ -254,7 +255,7 @@ def _coordinator_killed(tmp_path: pathlib.Path) -> None:
         alive = set(pids)
         while alive and time.monotonic() - killed < 30:
             for pid in list(alive):
-                if not _exists(pid):
+                if not process_alive(pid):
                     alive.discard(pid)
             time.sleep(0.05)
         left_s = time.monotonic() - killed
@@ -266,7 +267,7 @@ def _coordinator_killed(tmp_path: pathlib.Path) -> None:
         if demo.stdout is not None:
             demo.stdout.close()
         for pid in pids:
-            if _exists(pid):
+            if process_alive(pid):
                 os.kill(pid, signal.SIGKILL)
     path = os.environ.get("FAULT_REPORT")
     if path:
@@ -279,17 +280,3 @@ def _coordinator_killed(tmp_path: pathlib.Path) -> None:
     # death records (they left without finishing: their coordinator was gone).
     theirs = [str(p) for p in tmp_path.rglob("*") if any(re.search(rf"\b{pid}\b", p.name) for pid in pids)]
     assert theirs == []
-
-
-def _exists(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:  # a zombie waiting for its new parent to reap it has exited
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().split(") ")[-1][0] != "Z"
-    except OSError:
-        return False

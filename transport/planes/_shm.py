@@ -38,6 +38,7 @@ from typing import Any
 
 from actorwire.messages import Plane, TensorRef, UsageError
 from actorwire.transport._errors import BadHandle, InvalidArgument
+from actorwire.transport._process import process_alive
 from actorwire.transport.planes._layout import copy_packed, pack_layout, packed_refs
 
 DEFAULT_SLOT_BYTES = 64 * 1024 * 1024
@@ -65,16 +66,6 @@ def segment_prefix(kind: str) -> str:
     return f"{kind}{os.getpid()}_{_namespace_tag()}{secrets.token_hex(3)}"
 
 
-def _exists(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # another user's process: it exists
-        return True
-    return True
-
-
 def sweep_orphans(directory: str = "/dev/shm") -> list[str]:
     """Unlink the segments of processes that are gone: this user's, made in this pid namespace,
     whose creator no longer exists (its resource tracker died with it, and no launcher of ours
@@ -90,7 +81,7 @@ def sweep_orphans(directory: str = "/dev/shm") -> list[str]:
         if found is None or found.group(2) != tag:
             continue
         pid = int(found.group(1))
-        if pid == me or _exists(pid):
+        if pid == me or process_alive(pid):
             continue
         path = os.path.join(directory, name)
         try:
