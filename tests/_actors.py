@@ -63,6 +63,33 @@ class Sleeper(Actor):
         ctx.reply(m.SyncAck(rank=os.getpid(), step_count=0))
 
 
+class Hog(Actor):
+    """On ``Throttle``, saturates its process's Python: ``HOG_THREADS`` threads spin for
+    ``HOG_SECONDS`` while the handler makes one C call that holds the GIL as long (libc's
+    sleep through ``ctypes.PyDLL``, which never releases it).  Nothing in the process runs
+    Python meanwhile, the runtime's I/O thread included.  Answers ``SyncNow`` with its pid."""
+
+    @handler
+    def on_throttle(self, msg: m.Throttle, ctx: Context) -> None:
+        import ctypes
+        import threading
+
+        seconds = float(os.environ.get("HOG_SECONDS", "10"))
+        until = time.monotonic() + seconds
+
+        def spin() -> None:
+            while time.monotonic() < until:
+                pass
+
+        for _ in range(int(os.environ.get("HOG_THREADS", "4"))):
+            threading.Thread(target=spin, daemon=True).start()
+        ctypes.PyDLL(None).usleep(int(seconds * 1_000_000))  # the GIL held in C for `seconds`
+
+    @handler
+    def on_sync_now(self, msg: m.SyncNow, ctx: Context) -> None:
+        ctx.reply(m.SyncAck(rank=os.getpid(), step_count=0))
+
+
 class Quitter(Actor):
     """Stops itself on ``Shutdown``."""
 

@@ -35,9 +35,12 @@ Delivery guarantees
 
 Liveness
 --------
-The root node holds the registry (:mod:`._registry`).  Every node heartbeats
-the root and the root heartbeats every node, from the I/O thread, so a handler
-that blocks for minutes does not make its process look dead.
+The root node holds the registry (:mod:`._registry`).  Liveness is libzmq's:
+every socket runs ZMTP heartbeats on libzmq's C threads, the root watches its
+connection to each member and each member its connection to the root through
+socket monitors (:mod:`._liveness`).  A process whose Python is saturated, or
+whose handler holds the GIL for minutes, keeps its connections and is not
+declared dead; a stopped, killed or cut-off one loses them and is.
 """
 
 from __future__ import annotations
@@ -102,6 +105,8 @@ from actorwire.transport._errors import (
     WaitTimeout,
     WouldBlock,
 )
+from actorwire.transport._liveness import EVENTS as _WATCHED
+from actorwire.transport._liveness import Timing, Watch
 from actorwire.transport._log import get_logger
 from actorwire.transport._membership import HelloRefused, Parking, View
 from actorwire.transport._process import process_alive
@@ -205,14 +210,24 @@ class BlockingReply:
 
 
 class _Link:
-    """A DEALER connected to one peer node's ROUTER."""
+    """A DEALER connected to one peer node's ROUTER (``monitor``: its events, where liveness is judged)."""
 
-    __slots__ = ("node_id", "socket", "endpoint")
+    __slots__ = ("node_id", "socket", "endpoint", "monitor")
 
-    def __init__(self, node_id: str, sock: zmq.Socket, endpoint: str) -> None:
+    def __init__(self, node_id: str, sock: zmq.Socket, endpoint: str, monitor: zmq.Socket | None = None) -> None:
         self.node_id = node_id
         self.socket = sock
         self.endpoint = endpoint
+        self.monitor = monitor
+
+    def close(self) -> None:
+        if self.monitor is not None:
+            try:
+                self.socket.disable_monitor()
+            except zmq.ZMQError:
+                pass
+            self.monitor.close(linger=0)
+        self.socket.close(linger=0)
 
 
 class Node:
@@ -254,6 +269,8 @@ class Node:
 
         # libzmq drops a connection whose frame exceeds this, before Python allocates it.
         self._frame_cap = self.config.max_message_size + 64
+        self._timing = Timing.of(self.config.scaled(self.config.heartbeat_interval),
+                                 self.config.scaled(self.config.staleness_timeout))
         self._ctx = zmq.Context()
         self._router = self._new_router()
         endpoints = [ipc_endpoint(run_id, self.node_id)]
@@ -302,11 +319,13 @@ class Node:
         self._local: dict[str, Deliver] = {}
         self._bulk: dict[str, DeliverMany] = {}
         self._links: dict[str, _Link] = {}
+        self._watched: dict[zmq.Socket, _Link] = {}  # the root's monitors of its links, to their links
         self._registry: Registry | None = (
-            Registry(root_node=self.info, staleness_timeout=self.config.scaled(self.config.staleness_timeout),
-                     now=time.monotonic(), process_alive=process_alive)
+            Registry(root_node=self.info, timing=self._timing, now=time.monotonic(), process_alive=process_alive)
             if self.is_root else None
         )
+        # A member's view of its connection to the root (up once the join's handshake is done).
+        self._root_watch = Watch(None, 0.0)
 
         # Sending.
         self._pairs: dict[tuple[str, str], OutStream] = {}
@@ -341,8 +360,6 @@ class Node:
         self._joined = threading.Event()
         self._join_error: Exception | None = None
         self._thread = threading.Thread(target=self._run, name=f"actorwire-io-{self.node_id}", daemon=True)
-        self._root_seen = time.monotonic()
-        self._hb_seq = 0
         self._beat_interval = self.config.scaled(self.config.heartbeat_interval)
         self._staleness = self.config.scaled(self.config.staleness_timeout)
         self._prefer_tcp = settings().prefer_tcp
@@ -365,11 +382,21 @@ class Node:
         for opt, val in ((zmq.LINGER, 0), (zmq.SNDHWM, 0), (zmq.RCVHWM, 0), (zmq.ROUTER_MANDATORY, 1),
                          (zmq.MAXMSGSIZE, self._frame_cap)):
             sock.setsockopt(opt, val)
+        self._timing.apply(sock)
         return sock
 
     def _close_sockets(self) -> None:
-        for link in getattr(self, "_links", {}).values():
-            link.socket.close(linger=0)
+        for link in {id(lk): lk for lk in getattr(self, "_links", {}).values()}.values():
+            if link.node_id != "@root":
+                link.close()
+        root_link = getattr(self, "_links", {}).get("@root")
+        if root_link is not None and getattr(self, "_root_monitor", None) is not None:
+            try:
+                root_link.socket.disable_monitor()
+            except zmq.ZMQError:
+                pass
+        if root_link is not None:
+            root_link.socket.close(linger=0)
         if getattr(self, "_tcp_router", None) is not None and self._monitor is not None:
             try:
                 self._tcp_router.disable_monitor()  # type: ignore[union-attr]
@@ -743,6 +770,8 @@ class Node:
         poller.register(self._wake_r, zmq.POLLIN)
         if not self.is_root:
             poller.register(self._links["@root"].socket, zmq.POLLIN)
+        for monitor in self._watched:
+            poller.register(monitor, zmq.POLLIN)
         self._poller = poller
         next_beat = time.monotonic()
         try:
@@ -750,7 +779,7 @@ class Node:
                 now = time.monotonic()
                 if now >= next_beat:
                     self._beat(now)
-                    next_beat = now + self._beat_interval
+                    next_beat = now + self._timing.tick
                 self._expire_asks(now)
                 if self._ack_due is not None and now >= self._ack_due or self._handled_count >= _ACK_EVERY:
                     self._flush_acks()
@@ -782,7 +811,9 @@ class Node:
                     elif sock is self._monitor:
                         self._on_monitor()
                     elif sock is self._root_monitor:
-                        self._on_root_handshake()
+                        self._on_root_event()
+                    elif sock in self._watched:
+                        self._on_link_event(self._watched[sock])
                     else:
                         self._recv_link(sock)
         except Exception:
@@ -864,14 +895,23 @@ class Node:
         for opt, val in ((zmq.LINGER, 0), (zmq.SNDHWM, 0), (zmq.RCVHWM, 0), (zmq.MAXMSGSIZE, self._frame_cap)):
             sock.setsockopt(opt, val)
         sock.setsockopt(zmq.IDENTITY, self.node_id.encode())
+        self._timing.apply(sock)
         if is_tcp(endpoint):
             self._security.client(sock, info.curve_key, node_id)
+        # The root judges a member by this connection: libzmq's heartbeats keep it while the member's
+        # Python is busy, and drop it when the member stops, dies or is cut off.
+        monitor = sock.get_monitor_socket(_WATCHED) if self._registry is not None else None
         sock.connect(endpoint)
-        link = _Link(node_id, sock, endpoint)
+        link = _Link(node_id, sock, endpoint, monitor)
         self._links[node_id] = link
         self._say_hello(sock)
-        if getattr(self, "_poller", None) is not None:
-            self._poller.register(sock, zmq.POLLIN)
+        poller = getattr(self, "_poller", None)
+        if poller is not None:
+            poller.register(sock, zmq.POLLIN)
+        if monitor is not None:
+            self._watched[monitor] = link
+            if poller is not None:
+                poller.register(monitor, zmq.POLLIN)
         return link
 
     def _connect_root(self) -> None:
@@ -880,11 +920,14 @@ class Node:
             sock.setsockopt(opt, val)
         sock.setsockopt(zmq.IDENTITY, self.node_id.encode())
         sock.setsockopt(zmq.RECONNECT_IVL_MAX, 2000)  # a root not up yet: retries back off to 2 s
+        self._timing.apply(sock)
+        events = _WATCHED
         if is_tcp(self.root_endpoint):
             self._security.client(sock, self._security.root_key, "the root")
-            self._root_monitor = sock.get_monitor_socket(
-                zmq.EVENT_HANDSHAKE_FAILED_AUTH | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL
-                | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL)
+            events |= (zmq.EVENT_HANDSHAKE_FAILED_AUTH | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL
+                       | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL)
+        # A member judges the root by this connection (and, over tcp, learns of a refused handshake).
+        self._root_monitor = sock.get_monitor_socket(events)
         try:
             sock.connect(self.root_endpoint)
         except zmq.ZMQError:
@@ -967,9 +1010,11 @@ class Node:
                               event.get("endpoint"), bytes) else event.get("endpoint"),
                           zmq_event=str(event.get("event")))
 
-    def _on_root_handshake(self) -> None:
-        """The tcp handshake with the root failed.  Before the join it is the answer: libzmq would
-        retry for ever, and the user waited out the join timeout to read "no answer"."""
+    def _on_root_event(self) -> None:
+        """The connection to the root went up or down, or its tcp handshake failed.
+
+        A failed handshake before the join is the answer: libzmq would retry for ever, and the user
+        waited out the join timeout to read "no answer"."""
         from zmq.utils.monitor import recv_monitor_message
 
         assert self._root_monitor is not None
@@ -977,9 +1022,20 @@ class Node:
             event = recv_monitor_message(self._root_monitor, _NOBLOCK)
         except zmq.Again:
             return
+        kind = event.get("event")
+        if kind == zmq.EVENT_HANDSHAKE_SUCCEEDED:
+            self._root_watch.up()
+            return
+        if kind == zmq.EVENT_DISCONNECTED:
+            self._root_watch.down(time.monotonic(), self._timing)
+            root = self._nodes.get(self._root_id or "")
+            if root is not None and root.host == self.host and root.pid > 0 and not process_alive(root.pid):
+                self._root_down(f"its connection closed and process {root.pid} no longer exists",
+                                DownReason.DEAD)
+            return
         if self._joined.is_set():
-            return  # a reconnection after the join: the staleness rules judge the root
-        if event.get("event") == zmq.EVENT_HANDSHAKE_FAILED_AUTH:
+            return  # a reconnection after the join: the connection's state judges the root
+        if kind == zmq.EVENT_HANDSHAKE_FAILED_AUTH:
             why = ("the root refused this process's CURVE key: its public key is not among the root's "
                    "allowed keys (copy it into the root's ACTORWIRE_KEYS directory)")
         else:
@@ -987,6 +1043,22 @@ class Node:
                    "match the root's, or one side runs without CURVE")
         self._join_error = JoinRefused(f"{why}; root {self.root_endpoint}")
         self._joined.set()
+
+    def _on_link_event(self, link: _Link) -> None:
+        """The root's connection to a member went up or down (its monitor said so)."""
+        from zmq.utils.monitor import recv_monitor_message
+
+        assert link.monitor is not None and self._registry is not None
+        try:
+            event = recv_monitor_message(link.monitor, _NOBLOCK)
+        except zmq.Again:
+            return
+        kind = event.get("event")
+        if kind == zmq.EVENT_HANDSHAKE_SUCCEEDED:
+            self._registry.connected(link.node_id)
+        elif kind == zmq.EVENT_DISCONNECTED:
+            self._log.info("the connection to a member dropped", peer=link.node_id)
+            self._apply_update(self._registry.disconnected(link.node_id, time.monotonic()))
 
     def _recv_link(self, sock: zmq.Socket) -> None:
         link = next((lk for lk in self._links.values() if lk.socket is sock), None)
@@ -1011,10 +1083,6 @@ class Node:
 
     def _on_frames(self, source: str, frames: list[bytes], *, from_router: bool) -> None:
         """One ZeroMQ message from ``source``: ``[envelope, body]`` or one batch frame."""
-        if self._registry is not None:
-            self._registry.seen(source, time.monotonic())
-        elif source == self._root_id or source == "@root":
-            self._root_seen = time.monotonic()
         codec = self._codec
         if from_router and len(frames) != 2 and source not in self._known_peers:
             # A connection opens with a two-frame hello; nothing else is decoded before it.
@@ -1149,6 +1217,8 @@ class Node:
                     nodes=self._registry.nodes, names=self._registry.names,
                     heartbeat_interval=self._beat_interval, staleness_timeout=self._staleness))
                 self._apply_update(update, skip=source)
+                if source not in self._links:
+                    self._open_link(source)  # the connection the root judges the member by
             return
         if source not in self._known_peers and from_router:
             self._refuse(source, "a node message from a peer that did not say hello")
@@ -1168,6 +1238,8 @@ class Node:
             self._links[message.root_node_id] = self._links["@root"]
             self._beat_interval = message.heartbeat_interval
             self._staleness = message.staleness_timeout
+            self._timing = Timing.of(self._beat_interval, self._staleness)
+            self._root_watch.up()  # the welcome came over it
             self._joined.set()
         elif isinstance(message, Refused):
             self._join_error = JoinRefused(f"the root refused this process: {message.reason}")
@@ -1242,7 +1314,10 @@ class Node:
             link = self._links.pop(node_id, None)
             if link is not None and node_id != self._root_id:
                 self._poller.unregister(link.socket)
-                link.socket.close(linger=0)
+                if link.monitor is not None:
+                    self._poller.unregister(link.monitor)
+                    self._watched.pop(link.monitor, None)
+                link.close()
 
     def _proven(self, source: str, sender: str, proven: set[str]) -> bool:
         if self._speaks_for(source, sender):
@@ -1400,30 +1475,27 @@ class Node:
     # -- liveness -------------------------------------------------------
 
     def _beat(self, now: float) -> None:
-        self._hb_seq += 1
-        beat = NodeHeartbeat(node_id=self.node_id, seq=self._hb_seq)
+        """The periodic work: liveness verdicts, parked messages, re-sends.  Nothing is sent to
+        prove this process alive: libzmq's heartbeats do that, outside the GIL."""
         if self._registry is not None:
             for update in self._registry.check(now):
                 self._log.warning("node unreachable", detail=update.detail, actors=update.removed)
                 self._apply_update(update)
-            for node_id in self._registry.nodes:
-                if node_id != self.node_id:
-                    self._send_node(node_id, beat)
-        else:
-            self._to_root(beat)
-            silent = now - self._root_seen
-            if self._joined.is_set() and silent > self._staleness:
-                names = [n for n, nid in self._routes.items() if nid == self._root_id]
-                if not self.root_gone.is_set():
-                    self.root_gone.set()
-                    self._log.error("the root is unreachable", silent_s=round(silent, 1))
-                if names:
-                    self._apply_update(RegistryUpdate(
-                        removed=names, reasons={n: DownReason.UNREACHABLE for n in names},
-                        detail=f"root node: no heartbeat for {silent:.1f} s"), broadcast=False)
+        elif self._joined.is_set() and self._root_watch.silent_for(now) is not None:
+            self._root_down(self._root_watch.why(now), DownReason.UNREACHABLE)
         if self._parking:
             self._unpark(now)
         self._retransmit(now)
+
+    def _root_down(self, why: str, reason: DownReason) -> None:
+        """The root is gone: this member is headless, and the root's actors are down."""
+        if not self.root_gone.is_set():
+            self.root_gone.set()
+            self._log.error("the root is unreachable", detail=why)
+        names = [n for n, nid in self._routes.items() if nid == self._root_id]
+        if names:
+            self._apply_update(RegistryUpdate(removed=names, reasons={n: reason for n in names},
+                                              detail=f"root node: {why}"), broadcast=False)
 
     def _retransmit(self, now: float) -> None:
         after = self.config.scaled(self.config.retransmit_after)

@@ -4,10 +4,14 @@ A sans-IO state machine: the root's I/O thread feeds it what arrives and the
 time, and broadcasts the ``RegistryUpdate`` values it returns.  Tests drive it
 with a virtual clock.
 
-Liveness rules:
+Liveness rules (the connection's state comes from libzmq, see :mod:`._liveness`):
 
-* any message from a node refreshes its stamp;
-* a node silent for longer than the staleness timeout is ``unreachable``;
+* a node whose connection is up is alive, however long its Python is silent;
+* a node whose connection dropped and did not come back within the grace, or
+  whose first connection was not made within the staleness timeout of its
+  join, is ``unreachable``;
+* a node on the root's host whose connection dropped and whose process no
+  longer exists is ``dead`` at once;
 * a launched process that exited without saying ``NodeExiting`` is ``dead``;
 * a node that said ``NodeExiting`` is latched as ``exited``: neither detector
   fires for it afterwards, so a clean exit is never counted as a death.
@@ -18,8 +22,8 @@ Names:
   only once its holder is proven gone: latched as exiting, or, on the root's
   host, its process no longer exists (``process_alive`` says so).  While the
   holder may be alive the claim is refused with :data:`HELD_BY_A_LIVE_NODE`,
-  and the claimant may ask again; the holder's death (staleness, exit
-  detection) frees the name.
+  and the claimant may ask again; the holder's death (its connection lost,
+  exit detection) frees the name.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ from collections.abc import Callable
 
 from actorwire.messages import DownReason, UsageError
 from actorwire.messages.runtime import NodeInfo, RegistryUpdate
+from actorwire.transport._liveness import Timing, Watch
 
 
 class RegistryError(UsageError):
@@ -42,20 +47,20 @@ HELD_BY_A_LIVE_NODE = "held by a node that may be alive"
 @dataclasses.dataclass
 class _Node:
     info: NodeInfo
-    last_seen: float
+    watch: Watch
     names: set[str] = dataclasses.field(default_factory=set)
     exiting: bool = False
 
 
 class Registry:
-    def __init__(self, *, root_node: NodeInfo, staleness_timeout: float, now: float,
+    def __init__(self, *, root_node: NodeInfo, timing: Timing, now: float,
                  process_alive: Callable[[int], bool] | None = None) -> None:
         """``process_alive(pid)`` answers for processes on the root's host (default: never proven dead)."""
-        self.staleness_timeout = staleness_timeout
+        self.timing = timing
         self._process_alive = process_alive or (lambda pid: True)
         self._host = root_node.host
         self.root_id = root_node.node_id
-        self._nodes: dict[str, _Node] = {root_node.node_id: _Node(root_node, now)}
+        self._nodes: dict[str, _Node] = {root_node.node_id: _Node(root_node, Watch(None, 0.0, True))}
         self._names: dict[str, str] = {}
 
     # -- queries ----------------------------------------------------------
@@ -76,13 +81,26 @@ class Registry:
     def join(self, info: NodeInfo, now: float) -> RegistryUpdate:
         if info.node_id in self._nodes:
             raise RegistryError(f"node id {info.node_id!r} is already in this system")
-        self._nodes[info.node_id] = _Node(info, now)
+        self._nodes[info.node_id] = _Node(info, Watch.joined(now, self.timing))
         return RegistryUpdate(nodes={info.node_id: info})
 
-    def seen(self, node_id: str, now: float) -> None:
+    def connected(self, node_id: str) -> None:
+        """The root's connection to ``node_id`` completed its handshake."""
         node = self._nodes.get(node_id)
         if node is not None:
-            node.last_seen = now
+            node.watch.up()
+
+    def disconnected(self, node_id: str, now: float) -> RegistryUpdate:
+        """The root's connection to ``node_id`` dropped: dead at once if its process is proven
+        gone, otherwise it has the grace to come back."""
+        node = self._nodes.get(node_id)
+        if node is None or node_id == self.root_id or node.exiting:
+            return RegistryUpdate()
+        if self._gone(node_id):
+            return self._drop(node_id, DownReason.DEAD, f"its connection closed and process {node.info.pid} "
+                                                        f"no longer exists")
+        node.watch.down(now, self.timing)
+        return RegistryUpdate()
 
     def register(self, node_id: str, names: list[str], *, takeover: bool = False) -> RegistryUpdate:
         node = self._nodes.get(node_id)
@@ -144,16 +162,12 @@ class Registry:
         return self._drop(node_id, DownReason.DEAD, f"disconnected: {why}")
 
     def check(self, now: float) -> list[RegistryUpdate]:
-        """Staleness: every node (but the root) silent for too long is unreachable."""
+        """Every node (but the root) whose connection stayed down past its allowance is unreachable."""
         updates = []
         for node_id, node in list(self._nodes.items()):
-            if node_id == self.root_id or node.exiting:
+            if node_id == self.root_id or node.exiting or node.watch.silent_for(now) is None:
                 continue
-            silent = now - node.last_seen
-            if silent > self.staleness_timeout:
-                updates.append(
-                    self._drop(node_id, DownReason.UNREACHABLE, f"no heartbeat for {silent:.1f} s")
-                )
+            updates.append(self._drop(node_id, DownReason.UNREACHABLE, node.watch.why(now)))
         return updates
 
     def _drop(self, node_id: str, reason: DownReason, detail: str) -> RegistryUpdate:

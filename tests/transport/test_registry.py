@@ -6,7 +6,10 @@ import pytest
 
 from actorwire.messages import DownReason
 from actorwire.messages.runtime import NodeInfo
+from actorwire.transport._liveness import Timing
 from actorwire.transport._registry import Registry, RegistryError
+
+TIMING = Timing.of(1.0, 3.0)  # ZMTP timeout 1.5 s, then 1.5 s of grace
 
 ROOT = NodeInfo(node_id="root", endpoints=["ipc:///tmp/root"], host="h")
 A = NodeInfo(node_id="a", endpoints=["ipc:///tmp/a"], host="h")
@@ -14,14 +17,14 @@ B = NodeInfo(node_id="b", endpoints=["tcp://10.0.0.2:5555"], host="other")
 
 
 def registry() -> Registry:
-    reg = Registry(root_node=ROOT, staleness_timeout=3.0, now=0.0)
+    reg = Registry(root_node=ROOT, timing=TIMING, now=0.0)
     reg.join(A, now=0.0)
     reg.join(B, now=0.0)
     return reg
 
 
 def test_join_announces_the_node() -> None:
-    reg = Registry(root_node=ROOT, staleness_timeout=3.0, now=0.0)
+    reg = Registry(root_node=ROOT, timing=TIMING, now=0.0)
     update = reg.join(A, now=0.0)
     assert update.nodes == {"a": A}
     assert set(reg.nodes) == {"root", "a"}
@@ -46,7 +49,7 @@ def test_register_from_unknown_node() -> None:
 
 
 def test_duplicate_name_is_refused_unless_takeover() -> None:
-    reg = Registry(root_node=ROOT, staleness_timeout=3.0, now=0.0, process_alive=lambda pid: False)
+    reg = Registry(root_node=ROOT, timing=TIMING, now=0.0, process_alive=lambda pid: False)
     reg.join(NodeInfo(node_id="a", endpoints=["ipc:///tmp/a"], host="h", pid=7), now=0.0)  # its process is gone
     reg.join(B, now=0.0)
     reg.register("a", ["coordinator"])
@@ -55,7 +58,7 @@ def test_duplicate_name_is_refused_unless_takeover() -> None:
     update = reg.register("b", ["coordinator"], takeover=True)
     assert update.added == {"coordinator": "b"}
     # The old holder no longer owns it: its death does not remove the name.
-    reg.seen("b", now=9.0)
+    reg.connected("b")
     (drop,) = reg.check(now=10.0)
     assert drop.left_nodes == ["a"]
     assert drop.removed == []
@@ -71,22 +74,70 @@ def test_unregister_is_a_clean_exit() -> None:
     assert reg.unregister("b", ["w"]).removed == []
 
 
-def test_staleness_marks_unreachable_and_any_message_refreshes() -> None:
+def test_a_connected_node_is_alive_however_long_it_says_nothing() -> None:
+    reg = registry()
+    reg.register("a", ["worker/0"])
+    reg.connected("a")
+    reg.connected("b")
+    assert reg.check(now=10_000.0) == []
+
+
+def test_a_node_whose_first_connection_is_not_made_is_unreachable_after_the_staleness() -> None:
     reg = registry()
     reg.register("a", ["worker/0"])
     reg.register("b", ["worker/1"])
-    reg.seen("a", now=2.0)
+    reg.connected("a")
     assert reg.check(now=2.9) == []
-    updates = reg.check(now=3.5)  # b silent 3.5 s > 3 s; a silent 1.5 s
+    updates = reg.check(now=3.5)  # b never connected: 3.5 s > 3 s
     assert [u.removed for u in updates] == [["worker/1"]]
     assert updates[0].reasons == {"worker/1": DownReason.UNREACHABLE}
-    assert "no heartbeat for 3.5 s" in updates[0].detail
+    assert "no connection made within 3.5 s of its join" in updates[0].detail
     assert updates[0].left_nodes == ["b"]
     assert reg.names == {"worker/0": "a"}
 
 
+def test_a_dropped_connection_has_the_grace_to_come_back() -> None:
+    reg = registry()
+    reg.register("b", ["worker/1"])  # on another host: its pid proves nothing
+    reg.connected("a")
+    reg.connected("b")
+    assert reg.disconnected("b", now=10.0).removed == []
+    assert reg.check(now=11.4) == []  # grace 1.5 s
+    reg.connected("b")  # back: libzmq reconnected
+    assert reg.check(now=100.0) == []
+    reg.disconnected("b", now=100.0)
+    reg.disconnected("b", now=101.0)  # a second report does not restart the grace
+    (update,) = reg.check(now=101.6)
+    assert update.reasons == {"worker/1": DownReason.UNREACHABLE}
+    assert "no connection for 1.6 s (libzmq's heartbeats timed out" in update.detail
+
+
+def test_a_dropped_connection_of_a_gone_process_on_this_host_is_a_death_at_once() -> None:
+    alive = {7: True}
+    reg = Registry(root_node=ROOT, timing=TIMING, now=0.0, process_alive=lambda pid: alive.get(pid, False))
+    reg.join(NodeInfo(node_id="a", endpoints=["ipc:///tmp/a"], host="h", pid=7), now=0.0)
+    reg.register("a", ["worker/0"])
+    reg.connected("a")
+    assert reg.disconnected("a", now=5.0).removed == []  # still running (stopped, say): the grace
+    reg.connected("a")
+    alive[7] = False
+    update = reg.disconnected("a", now=6.0)
+    assert update.reasons == {"worker/0": DownReason.DEAD}
+    assert update.detail == "node a: its connection closed and process 7 no longer exists"
+    assert reg.disconnected("a", now=6.0).removed == []  # already gone
+
+
+def test_an_exiting_node_is_never_judged_by_its_connection() -> None:
+    reg = registry()
+    reg.register("a", ["worker/0"])
+    reg.connected("b")
+    reg.exiting("a")
+    assert reg.disconnected("a", now=1.0).removed == []
+    assert reg.check(now=100.0) == []
+
+
 def test_root_is_never_stale() -> None:
-    reg = Registry(root_node=ROOT, staleness_timeout=3.0, now=0.0)
+    reg = Registry(root_node=ROOT, timing=TIMING, now=0.0)
     reg.register("root", ["coordinator"])
     assert reg.check(now=1000.0) == []
 
@@ -118,7 +169,7 @@ def test_exit_of_unknown_node_is_ignored() -> None:
 
 def test_a_takeover_waits_until_the_holder_is_proven_gone() -> None:
     alive = {111: True}
-    reg = Registry(root_node=NodeInfo(node_id="root", endpoints=["ipc:///r"], host="h"), staleness_timeout=3.0,
+    reg = Registry(root_node=NodeInfo(node_id="root", endpoints=["ipc:///r"], host="h"), timing=TIMING,
                    now=0.0, process_alive=lambda pid: alive.get(pid, False))
     reg.join(NodeInfo(node_id="a", endpoints=["ipc:///a"], host="h", pid=111), now=0.0)
     reg.join(NodeInfo(node_id="b", endpoints=["ipc:///b"], host="h", pid=222), now=0.0)
@@ -132,6 +183,6 @@ def test_a_takeover_waits_until_the_holder_is_proven_gone() -> None:
     alive[111] = False  # the holder's process is gone (checked on the root's host only)
     assert reg.register("b", ["worker/1"], takeover=True).added == {"worker/1": "b"}
     with pytest.raises(RegistryError, match="may be alive"):
-        reg.register("b", ["worker/2"], takeover=True)  # another host: only its staleness frees it
+        reg.register("b", ["worker/2"], takeover=True)  # another host: only its lost connection frees it
     reg.exiting("far")
     assert reg.names.get("worker/2") is None

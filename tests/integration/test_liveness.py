@@ -1,0 +1,95 @@
+"""Load is not death: liveness comes from libzmq's heartbeats, not from Python.
+
+Every process here runs ``RuntimeConfig(heartbeat_interval=0.2, staleness_timeout=1.0)``:
+libzmq drops a silent connection after 0.5 s and a drop not healed 0.5 s later is
+a death, so a stop is reported about 1 s after it began (docs/wire-protocol.md,
+"Liveness").  A saturated process is held for ten times that and must not be.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+
+import pytest
+from conftest import TESTS
+from test_multiprocess import ENV, attached, no_leaks  # noqa: F401  (the fixture is used by name)
+
+from actorwire import messages as m
+from actorwire.actors import ActorSystem, RuntimeConfig
+
+pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
+
+FAST = RuntimeConfig(heartbeat_interval=0.2, staleness_timeout=1.0)
+SYSTEM_CONFIG = FAST
+HOLD = 10.0  # seconds a saturated process holds the GIL: ten staleness timeouts
+
+
+def test_a_member_whose_python_is_saturated_is_not_declared_dead(system: ActorSystem) -> None:
+    inbox = system.inbox("watcher")
+    proc = attached(system, {"hog": "_actors:Hog"}, env={"HOG_SECONDS": str(HOLD)})
+    try:
+        pid = system.ask("hog", m.SyncNow(), timeout=10).rank  # type: ignore[attr-defined]
+        inbox.watch("hog")
+        system.tell("hog", m.Throttle())  # 4 threads spin, one C call holds the GIL for 10 s
+        assert inbox.get(timeout=HOLD + 1.0) is None  # no Down: the process is slow, not dead
+        assert system.ask("hog", m.SyncNow(), timeout=10).rank == pid  # type: ignore[attr-defined]
+    finally:
+        proc.kill()
+        proc.wait(10)
+
+
+@pytest.mark.parametrize("transport", ["ipc", "tcp"])
+def test_members_do_not_lose_a_root_whose_python_is_saturated(
+        transport: str, setenv: Callable[[str, str | None], None], tmp_path: os.PathLike[str]) -> None:
+    if transport == "tcp":  # CURVE on, as tcp always is by default
+        from actorwire.transport._security import keygen
+
+        keygen(tmp_path)
+        setenv("ACTORWIRE_KEYS", str(tmp_path))
+    bind = "tcp://127.0.0.1:0" if transport == "tcp" else ""
+    with subprocess.Popen([sys.executable, str(TESTS / "_hog_root.py"), bind], env={**os.environ, **ENV},
+                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) as root:
+        try:
+            assert root.stdout is not None
+            endpoint, run_id = root.stdout.readline().split()
+            assert endpoint.startswith(transport)
+            with ActorSystem(join=endpoint, run_id=run_id, config=FAST) as member:
+                inbox = member.inbox("watcher")
+                member.wait_for("hog", timeout=10)
+                inbox.watch("hog")
+                member.tell("hog", m.Throttle())
+                assert inbox.get(timeout=HOLD + 1.0) is None
+                assert not member._node.root_gone.is_set()  # the member is not headless
+                assert member.ask("hog", m.SyncNow(), timeout=10).rank == root.pid  # type: ignore[attr-defined]
+        finally:
+            root.kill()
+            root.wait(10)
+
+
+@pytest.mark.parametrize("sig", [signal.SIGSTOP, signal.SIGKILL])
+def test_a_stopped_or_killed_member_is_still_declared(system: ActorSystem, sig: signal.Signals) -> None:
+    inbox = system.inbox("watcher")
+    proc = attached(system, {"victim": "_actors:Echo"})
+    try:
+        assert system.ask("victim", m.SyncNow(), timeout=10) == m.SyncNow()
+        inbox.watch("victim")
+        struck = time.monotonic()
+        os.kill(proc.pid, sig)
+        got = inbox.get(timeout=10)
+        took = time.monotonic() - struck
+        assert got is not None and isinstance(got.message, m.Down)
+        if sig is signal.SIGSTOP:  # it still runs: libzmq's heartbeats time out, the grace passes
+            assert got.message.reason is m.DownReason.UNREACHABLE
+            assert "libzmq's heartbeats timed out" in got.message.detail
+            assert took >= 0.9  # never before the connection could have been judged lost
+        else:  # its socket closed and its pid is gone
+            assert got.message.reason is m.DownReason.DEAD
+            assert "no longer exists" in got.message.detail
+    finally:
+        proc.kill()
+        proc.wait(10)
