@@ -200,6 +200,7 @@ class Coordinator(Actor):
         r = self.ranks.get(rank)
         if r is not None and r.alive:
             r.last_seen = ctx.now()
+            r.silence_warned = 1
         return r
 
     def _from_rank(self, ctx: Context, claimed: int) -> RankState | None:
@@ -209,8 +210,9 @@ class Coordinator(Actor):
             ctx.log.warning("report from an actor that is not that rank", rank=claimed, sender=ctx.sender)
             return None
         r.last_seen = ctx.now()
+        r.silence_warned = 1
         if not r.alive and not r.told_to_leave and self.phase is not Phase.STOPPING:
-            # Declared dead (silent past the staleness timeout: stopped, hung) and speaking again:
+            # Declared dead (its process stopped or cut off past the runtime's timeout) and speaking again:
             # its share went to the others. It is told to leave, once, rather than left to wait for
             # plans that never come (a revived SIGSTOPped worker crashed; found by the simulator).
             r.told_to_leave = True
@@ -323,9 +325,7 @@ class Coordinator(Actor):
         if self.phase is Phase.JOINING:
             for r in self.alive():
                 self._tell(ctx, r, CoordHeartbeat(seq=msg.count))
-            for r in self.alive():  # a joined rank beats while it waits: silence is a death here too
-                if now - r.last_seen > self.settings.staleness_timeout:
-                    self._death(ctx, r, f"no message for {now - r.last_seen:.1f} s")
+            self._check_silence(ctx, now, self.alive())
             if self.phase is Phase.JOINING and now - self.started_at >= self.settings.join_timeout:
                 missing = sorted(set(range(self.settings.world_size)) - set(self.ranks) - set(self.lost_at_start))
                 for rank in missing:
@@ -340,11 +340,7 @@ class Coordinator(Actor):
             # of the tick (the staleness and rendezvous checks) did not run.
             for r in self._reachable():
                 self._tell(ctx, r, CoordHeartbeat(seq=msg.count))
-            for r in self._reachable():
-                if now - r.last_seen > self.settings.staleness_timeout:
-                    ctx.log.warning("rank silent; declaring it dead", rank=r.rank,
-                                    silent_s=round(now - r.last_seen, 1))
-                    self._death(ctx, r, f"no message for {now - r.last_seen:.1f} s")
+            self._check_silence(ctx, now, self._reachable())
             self._check_rendezvous_timeout(ctx, now)
             if (self.sync_armed_at is not None and now - self.sync_armed_at > self.settings.reduce_stall_timeout
                     and self.saved is None):
@@ -356,6 +352,16 @@ class Coordinator(Actor):
         if self.phase is Phase.STOPPING and self.shutdown_at is not None:
             if not self.alive() or now - self.shutdown_at > self.settings.exit_grace:
                 ctx.stop()
+
+    def _check_silence(self, ctx: Context, now: float, ranks: list[RankState]) -> None:
+        """A silent rank is slow, not dead: the runtime judges its process by libzmq's heartbeats
+        and says ``Down`` when it is gone.  Silence is reported, once per doubling of it."""
+        for r in ranks:
+            silent = now - r.last_seen
+            if silent > self.settings.staleness_timeout * r.silence_warned:
+                r.silence_warned *= 2
+                ctx.log.warning("rank silent; its process is still connected, so it counts as slow, not dead",
+                                rank=r.rank, silent_s=round(silent, 1), phase=str(self.phase))
 
     @handler
     @_phased
@@ -387,6 +393,7 @@ class Coordinator(Actor):
         # A rank's heartbeat thread sends as "<rank name>/heartbeat".
         if r is not None and r.alive and (ctx.sender or "").startswith(r.name + "/"):
             r.last_seen = ctx.now()
+            r.silence_warned = 1
         else:
             self._from_rank(ctx, msg.rank)
 

@@ -44,7 +44,8 @@ class CoordinatorConfig(msgspec.Struct, frozen=True, kw_only=True):
     checkpoint_every: int = 0
     final_eval: bool = True
     max_failures: int = 1_000_000
-    #: Rank liveness: a rank silent this long is dead.
+    #: A rank silent this long is reported as slow (a warning, again at each doubling).  It is not
+    #: declared dead for it: a death is the runtime's ``Down`` (its process gone, stopped or cut off).
     staleness_timeout: float = 30.0
     tick_interval: float = 1.0
     rendezvous_timeout: float = 30.0
@@ -89,6 +90,7 @@ class RankState:
         self.rank = rank
         self.name = name
         self.last_seen = now
+        self.silence_warned = 1  # silence past this many staleness timeouts was reported
         self.joined_at = now
         self.alive = True
         self.exited = False

@@ -606,6 +606,12 @@ class Simulation:
         self.harness.ctx.known.update(_names.worker_heartbeat(r.rank) for r in self.ranks)
         for sent in step():
             self._route(sent)
+        for r in self.ranks:
+            if r.declared_down and r.name in self.harness.ctx.watched:
+                # The runtime answers a watch of a name it has already declared down with Down at
+                # once (a join held back by a cut link, or sent just before a stop, arrives late).
+                reason = m.DownReason.UNREACHABLE if r.alive else m.DownReason.DEAD
+                self._coordinator(functools.partial(self.harness.down, r.name, reason, "already down"))
 
     def _route(self, sent: Any) -> None:
         message = sent.message
