@@ -55,6 +55,26 @@ def test_only_what_was_not_received_is_sent_again_and_only_after_a_quiet_period(
     assert out.due(now=99.0, after=1.0) == []
 
 
+def test_the_resend_scan_waits_for_a_sender_holding_the_stream_lock() -> None:
+    """Senders append under the stream's lock; the I/O thread's scan for re-sends must take it too
+    (unlocked, a send during the scan raised "deque mutated during iteration" in the I/O thread)."""
+    import threading
+
+    out = OutStream("t", "node-b", now=0.0, window=8)
+    for seq in (1, 2):
+        out.append(seq, f"r{seq}".encode(), object)
+    result: list[list[bytes]] = []
+    out.lock.acquire()  # a sender is between numbering and appending
+    scan = threading.Thread(target=lambda: result.append(out.due(now=10.0, after=2.0)))
+    scan.start()
+    scan.join(timeout=0.2)
+    assert scan.is_alive() and not result  # it waits for the sender
+    out.append(3, b"r3", object)
+    out.lock.release()
+    scan.join(timeout=10)
+    assert result == [[b"r1", b"r2", b"r3"]]
+
+
 def test_a_moved_target_gets_a_new_stream_from_1_with_everything_unhandled() -> None:
     out = _stream(5)
     out.on_ack(received=5, handled=2, now=1.0)
