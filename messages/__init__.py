@@ -74,6 +74,7 @@ from .kinds._timing import (
     JoinRequest,
     LrUpdate,
     NewNcclIdGenerated,
+    RelayReport,
     SessionFailed,
     SyncAck,
     TimingMsg,
@@ -115,7 +116,7 @@ __all__ = [
     # timing and metrics
     "Batch", "SyncAck", "Exiting", "LrUpdate", "Intent", "Heartbeat",
     "EvalResult", "CheckpointResult", "NewNcclIdGenerated", "EpochFnElapsed",
-    "JoinRequest", "SessionFailed", "MetricsMsg", "EpochMetrics", "ScalarSum", "ResourceUsage",
+    "JoinRequest", "SessionFailed", "RelayReport", "MetricsMsg", "EpochMetrics", "ScalarSum", "ResourceUsage",
     # weights
     "BeginSync", "PublishGroup", "FreeGroup", "GroupsFreed", "EndSync", "SyncFailed", "HeldNames",
     "ReserveServeBuffer", "ServeBufferReserved", "PullRequest", "PullReply",

@@ -22,7 +22,7 @@ PUBLIC = {
         "MalformedMessage", "Message", "MessageTooLarge", "MetricsMsg", "NewNcclIdGenerated", "NewNcclSession",
         "PROTOCOL_VERSION", "PeerError", "Plane", "ProtocolVersionMismatch", "PublishGroup", "PullReply",
         "PullRequest", "RankExited", "Record", "RequestNewNcclId", "ReserveServeBuffer", "ResourceUsage", "SaveReason",
-        "ScalarSum", "ServeBufferReserved", "SessionFailed", "SetEpochCallbackRole", "SetGlobalStep",
+        "RelayReport", "ScalarSum", "ServeBufferReserved", "SessionFailed", "SetEpochCallbackRole", "SetGlobalStep",
         "Shutdown", "ShutdownWithSave", "StartEpoch", "SyncAck", "SyncFailed", "SyncNow", "TensorRef",
         "Throttle", "TimerFired", "TimingMsg", "UnknownMessage", "UsageError", "WeightMsg", "decode",
         "decode_message", "describe", "encode", "encode_message", "example", "json_schema", "message_type",
@@ -56,7 +56,7 @@ PUBLIC = {
         "WouldBlock", "attach", "handler", "replay",
     },
     "actorwire.actors.control": {
-        "Coordinator", "CoordinatorConfig", "GpuWorker", "Plan", "Worker", "WorkerError",
+        "Coordinator", "CoordinatorConfig", "GpuWorker", "Plan", "Relay", "Worker", "WorkerError",
     },
     "actorwire.actors.weights": {
         "ModelConsumer", "ModuleSource", "ParamMeta", "SyncReport", "WeightConsumer", "WeightPlan",

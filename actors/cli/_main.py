@@ -82,7 +82,7 @@ def _cmd_bench(args: argparse.Namespace) -> int:
     elif args.suite == "scale":
         from actorwire.actors.bench import _scale as _bench_scale
 
-        results = _bench_scale.run(workers=args.workers)
+        results = _bench_scale.run(workers=args.workers, relay=not args.no_relay)
     elif args.suite == "nccl":
         from actorwire.actors.bench import _nccl as _bench_nccl
 
@@ -138,7 +138,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("suite", choices=["codec", "bus", "record", "worker", "tensor", "nccl", "scale"], help="which suite to run")
     p.add_argument("--json", metavar="PATH", help="also write the results as JSON")
     p.add_argument("--kinds", metavar="K1,K2", help="codec: only these message kinds")
-    p.add_argument("--workers", type=_positive, default=1000, metavar="N", help="scale: simulated workers")
+    p.add_argument("--workers", type=_positive, default=None, metavar="N",
+                   help="scale: simulated workers (default: step 1k, 2k, 5k, 10k, 20k while it holds)")
+    p.add_argument("--no-relay", action="store_true",
+                   help="scale: every rank reports straight to the coordinator (no per-host relay)")
     p.add_argument("--messages", type=_positive, default=200_000, metavar="N",
                    help="bus: messages per throughput case (default 200000)")
     p.add_argument("--asks", type=_positive, default=3000, metavar="N",

@@ -65,7 +65,7 @@ class GpuWorker(Actor):
 
     def __init__(self, rank: int, world_size: int, run_id: str, *, batch_size: int = 32,
                  coordinator: str = "coordinator", model_signature: str = "", backend: str = "gloo",
-                 coordinator_timeout: float = 30.0, regroup_wait: float = 60.0) -> None:
+                 coordinator_timeout: float = 30.0, regroup_wait: float = 60.0, relay: str = "") -> None:
         self.rank = rank
         self.world_size = world_size
         self.run_id = run_id
@@ -77,7 +77,7 @@ class GpuWorker(Actor):
         #: As the Worker: a coordinator silent this long (its CoordHeartbeat is every tick) is gone.
         self.coordinator_timeout = coordinator_timeout
         self.protocol = RankProtocol(rank, world_size, coordinator=coordinator,
-                                     coordinator_timeout=coordinator_timeout, regroup_wait=regroup_wait)
+                                     coordinator_timeout=coordinator_timeout, regroup_wait=regroup_wait, relay=relay)
         self.stepping = False
 
     # What tests and subclasses read, kept where they were.
@@ -204,7 +204,7 @@ class GpuWorker(Actor):
                 self._run(ctx, more)
             elif isinstance(effect, _rank.Send):
                 try:
-                    ctx.tell(self.coordinator, effect.message)
+                    ctx.tell(effect.to or self.coordinator, effect.message)
                 except (ActorDead, UnknownActor) as exc:
                     self._run(ctx, p.coordinator_gone(str(exc)))
             elif isinstance(effect, _rank.Log):

@@ -84,16 +84,24 @@ class CoordinatorConfig(msgspec.Struct, frozen=True, kw_only=True):
 
 
 class RankState:
-    """What the coordinator knows of one rank."""
+    """What the coordinator knows of one rank.
 
-    def __init__(self, rank: int, name: str, now: float) -> None:
+    ``alive``, ``exited`` and ``waiting`` decide whether the rank is in the run; setting one calls
+    ``on_change`` (the coordinator keeps the list of ranks in the run and drops it then: built per
+    message, it made every SyncAck and every join cost a sort of all ranks, quadratic in N).
+    """
+
+    def __init__(self, rank: int, name: str, now: float,
+                 on_change: Callable[[RankState, bool], None] | None = None) -> None:
+        self.on_change = on_change
         self.rank = rank
         self.name = name
         self.last_seen = now
         self.silence_warned = 1  # silence past this many staleness timeouts was reported
         self.joined_at = now
-        self.alive = True
-        self.exited = False
+        self._alive = True
+        self._exited = False
+        self._waiting = False
         self.steps_since_sync = 0
         self.total_steps = 0
         self.epoch_steps = 0
@@ -106,9 +114,44 @@ class RankState:
         self.ext_sent = 0  # ExtendPartition slices sent this epoch...
         self.ext_done = 0  # ...and reported done
         self.reported_epoch = -1
-        #: Joined while the run was running (a restart or a late rank): in from the next epoch.
-        self.waiting = False
         self.told_to_leave = False  # declared dead, then heard from: told Shutdown once
+        self.relay = ""  # the relay its Batch and Heartbeat reports come through ("": none)
+
+    @property
+    def in_run(self) -> bool:
+        """Alive, not left, and not waiting for the next epoch to take part."""
+        return self._alive and not self._exited and not self._waiting
+
+    def _set(self, attr: str, value: bool) -> None:
+        was_in = self.in_run
+        setattr(self, attr, value)
+        if self.on_change is not None:
+            self.on_change(self, was_in)
+
+    @property
+    def alive(self) -> bool:
+        return self._alive
+
+    @alive.setter
+    def alive(self, value: bool) -> None:
+        self._set("_alive", value)
+
+    @property
+    def exited(self) -> bool:
+        return self._exited
+
+    @exited.setter
+    def exited(self, value: bool) -> None:
+        self._set("_exited", value)
+
+    @property
+    def waiting(self) -> bool:
+        """Joined while the run was running (a restart or a late rank): in from the next epoch."""
+        return self._waiting
+
+    @waiting.setter
+    def waiting(self, value: bool) -> None:
+        self._set("_waiting", value)
 
 
 def add_metrics(a: MetricsMsg, b: MetricsMsg) -> MetricsMsg:

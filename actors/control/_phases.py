@@ -29,6 +29,7 @@ from actorwire.messages import (
     MetricsMsg,
     NewNcclIdGenerated,
     RankExited,
+    RelayReport,
     SessionFailed,
     SyncAck,
     TimerFired,
@@ -69,8 +70,10 @@ TRANSITIONS: dict[tuple[Phase, Event], Phase] = {
     (Phase.FINISHING, Event.CANNOT_GO_ON): Phase.STOPPING,
 }
 
-#: Taken in every phase: liveness, joins (a late one is answered with the reason), clean exits.
-_ALWAYS: frozenset[type[Message]] = frozenset({TimerFired, Down, RankExited, Heartbeat, Exiting, JoinRequest})
+#: Taken in every phase: liveness, joins (a late one is answered with the reason), clean exits. A
+#: relay's report carries heartbeats (always taken) and batches (taken where ``Batch`` is).
+_ALWAYS: frozenset[type[Message]] = frozenset({TimerFired, Down, RankExited, Heartbeat, Exiting, JoinRequest,
+                                               RelayReport})
 
 #: What each phase takes besides :data:`_ALWAYS`.
 ACCEPTED: dict[Phase, frozenset[type[Message]]] = {

@@ -94,9 +94,10 @@ class WorkerError(ActorwireError, RuntimeError):
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class Send:
-    """Tell the coordinator ``message``."""
+    """Tell the coordinator ``message`` (or ``to``, the rank's relay, when it is set)."""
 
     message: Message
+    to: str = ""
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -207,10 +208,13 @@ class RankProtocol:
     """The worker side of the coordinator protocol for rank ``rank``; see the module doc."""
 
     def __init__(self, rank: int, world_size: int, *, coordinator: str = "coordinator",
-                 coordinator_timeout: float = 30.0, regroup_wait: float = 60.0) -> None:
+                 coordinator_timeout: float = 30.0, regroup_wait: float = 60.0, relay: str = "") -> None:
         self.rank = rank
         self.world_size = world_size
         self.coordinator = coordinator
+        #: Where ``Batch`` and ``Heartbeat`` go: a per-host relay (``actors/control/_relay.py``), or
+        #: "" for the coordinator itself.  The join names it, so the coordinator takes its reports.
+        self.relay = relay
         self.coordinator_timeout = coordinator_timeout
         self.regroup_wait = regroup_wait
         self.joined = False
@@ -254,7 +258,13 @@ class RankProtocol:
     def join_request(self, *, run_id: str, model_signature: str, host: str = "", pid: int = 0,
                      dataset_size: int = 0) -> JoinRequest:
         return JoinRequest(rank=self.rank, world_size=self.world_size, run_id=run_id,
-                           model_signature=model_signature, host=host, pid=pid, dataset_size=dataset_size)
+                           model_signature=model_signature, host=host, pid=pid, dataset_size=dataset_size,
+                           relay=self.relay)
+
+    @property
+    def reports_to(self) -> str:
+        """The actor a ``Batch`` or a ``Heartbeat`` is told to."""
+        return self.relay or self.coordinator
 
     def join_reply(self, reply: Message, now: float) -> list[Effect]:
         """The coordinator's answer to the join; a refusal raises :class:`WorkerError` naming the reason."""
@@ -452,7 +462,7 @@ class RankProtocol:
         self._data_ms += data_ms
         self._last_batch_end = now
         effects: list[Effect] = [Send(Batch(rank=self.rank, batch_ms=batch_ms, step_count=self.steps,
-                                            batch_loss=loss, data_ms=data_ms, param_norm=param_norm))]
+                                            batch_loss=loss, data_ms=data_ms, param_norm=param_norm), to=self.relay)]
         if lr is not None and lr != self._last_lr:
             # The coordinator keeps the latest LR per rank: an unchanged LR is not sent again.
             self._last_lr = lr

@@ -683,6 +683,10 @@ class Simulation:
             return
         if self.now > self.deadline:
             self._fail(f"the run has not ended after {self.deadline:.0f} s (phase {c.phase}, epoch {c.epoch})")
+        in_run = [r for _, r in sorted(c.ranks.items()) if r.alive and not r.exited and not r.waiting]
+        if c.alive() != in_run or c._in_run_count != len(in_run):
+            self._fail(f"the coordinator's list of ranks in the run {[r.rank for r in c.alive()]} "
+                       f"(count {c._in_run_count}) is not {[r.rank for r in in_run]}")
         limit = self.staleness + self.tick + EXIT_DETECTION[1] + 0.1
         for rank, died in self.died_at.items():
             state = c.ranks.get(rank)

@@ -53,6 +53,10 @@ class Worker:
     ``dataset_size``, the samples this rank's data holds, is checked at the join: data shorter than
     the run's dataset is refused there, naming both sizes, instead of training empty slices.
 
+    ``relay`` names this host's :class:`~._relay.Relay`: ``Batch`` and ``Heartbeat`` go there, and
+    it tells the coordinator one report per interval for all the host's ranks (docs/control-plane.md,
+    "Relays").
+
     The decisions are :class:`~._rank.RankProtocol`'s (the same machine the ``GpuWorker`` actor and
     the simulator run); this class carries out its effects from the training thread.
     """
@@ -75,6 +79,7 @@ class Worker:
         join_timeout: float = 60.0,
         heartbeat_interval: float = 1.0,
         dataset_size: int | None = None,
+        relay: str = "",
     ) -> None:
         from actorwire.actors.runtime._launch import attach, launch_env
 
@@ -94,7 +99,8 @@ class Worker:
         self.epoch_fn = epoch_fn
         self.coordinator_timeout = coordinator_timeout
         self.protocol = RankProtocol(self.rank, self.world_size, coordinator=coordinator,
-                                     coordinator_timeout=coordinator_timeout, regroup_wait=_SESSION_WAIT_S)
+                                     coordinator_timeout=coordinator_timeout, regroup_wait=_SESSION_WAIT_S,
+                                     relay=relay)
         self._snapshot: Any = None
         self.death_dir = death_dir or settings().death_dir or tempfile.gettempdir()
         self.log = get_logger(role="worker", rank=self.rank)
@@ -121,7 +127,7 @@ class Worker:
     def _beat(self, interval: float) -> None:
         while not self._beating.wait(interval):
             try:
-                self._beat_box.tell(self.coordinator, self.protocol.heartbeat(), timeout=interval)
+                self._beat_box.tell(self.protocol.reports_to, self.protocol.heartbeat(), timeout=interval)
             except Exception:  # the coordinator is gone or the system is closing: the loop will notice
                 return
 
@@ -195,7 +201,8 @@ class Worker:
     # -- what the coordinator said ----------------------------------------------------
 
     def aggregated_metrics(self) -> EpochMetrics | None:
-        """The latest epoch aggregate."""
+        """The latest epoch aggregate: epoch, loss, epoch time and scalars (the per-rank lists go to the
+        coordinator's metrics sink only)."""
         return self.protocol.latest
 
     def poll_metrics(self) -> list[EpochMetrics]:
@@ -360,7 +367,7 @@ class Worker:
                 self._run(more)
             elif isinstance(effect, _rank.Send):
                 try:
-                    self.inbox.tell(self.coordinator, effect.message)
+                    self.inbox.tell(effect.to or self.coordinator, effect.message)
                 except (ActorDead, UnknownActor, SystemClosed) as exc:
                     self._run(p.coordinator_gone(str(exc)))
             elif isinstance(effect, _rank.RunEpochFn):

@@ -131,6 +131,25 @@ class JoinRequest(Message, frozen=True, tag="join_request"):
     pid: Count = 0
     #: The samples this rank's data holds (0: not said); fewer than the run's dataset is refused.
     dataset_size: Count = 0
+    #: The relay this rank's ``Batch`` and ``Heartbeat`` reports go through ("": straight to the
+    #: coordinator).  The coordinator takes a relay's report for this rank from that name only.
+    relay: str = ""
+
+
+class RelayReport(Message, frozen=True, tag="relay_report"):
+    """What a relay heard from the ranks behind it since its last report, in one message.
+
+    Index ``i`` of ``ranks``, ``batch_ms``, ``data_ms``, ``step_counts`` and ``losses`` is one
+    ``Batch``, in the order the relay received them (the columns have one length); ``beats`` are
+    the ranks that sent a ``Heartbeat``.  Taken only for ranks that named this relay in their join.
+    """
+
+    ranks: list[Count] = []
+    batch_ms: list[NonNegFloat] = []
+    data_ms: list[NonNegFloat] = []
+    step_counts: list[Count] = []
+    losses: list[float] = []
+    beats: list[Count] = []
 
 
 TimingMsg = Union[
@@ -148,4 +167,5 @@ TimingMsg = Union[
     ResourceSample,
     JoinRequest,
     SessionFailed,
+    RelayReport,
 ]

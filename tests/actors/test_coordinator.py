@@ -175,10 +175,13 @@ def test_epoch_metrics_are_batch_weighted_and_broadcast() -> None:
     out = h.take()
     aggregated = [s.message for s in out if isinstance(s.message, m.EpochAggregated)]
     assert len(aggregated) == 3
-    agg = aggregated[0].metrics
-    assert agg.avg_loss == pytest.approx((10 * 1.0 + 30 * 0.2 + 20 * 0.5) / 60)
-    assert agg.scalars == {"acc": pytest.approx(0.5)}
+    summary = aggregated[0].metrics
+    agg = next(s.message for s in out if s.target == "main" and isinstance(s.message, m.EpochMetrics))
+    assert agg.avg_loss == summary.avg_loss == pytest.approx((10 * 1.0 + 30 * 0.2 + 20 * 0.5) / 60)
+    assert agg.scalars == summary.scalars == {"acc": pytest.approx(0.5)}
     assert agg.per_rank_batch_share == pytest.approx([10 / 60, 30 / 60, 20 / 60])
+    # The ranks get the summary only: the per-rank lists, O(N) bytes to each of N ranks, go to the sink.
+    assert summary == m.EpochMetrics(epoch=0, avg_loss=agg.avg_loss, epoch_ms=agg.epoch_ms, scalars=agg.scalars)
     assert [s.message for s in out if s.target == "main"] == [
         agg, m.StartEpoch(epoch=1, partition_offset=0, partition_size=90)]
     # The next epoch is dispatched right after.

@@ -46,7 +46,7 @@ PINNED_TAGS = {
 
 
 # Kinds added after the v1 recording (tests/data/catalog-v1.msgpack) was written.
-PINNED_SINCE = {"RankExited": "rank_exited"}
+PINNED_SINCE = {"RankExited": "rank_exited", "RelayReport": "relay_report"}
 
 
 def test_tags_are_pinned() -> None:

@@ -1,0 +1,151 @@
+"""Per-host relays: one report per interval instead of a message per batch, and no rank spoken for
+without its say (on a virtual clock)."""
+
+from __future__ import annotations
+
+import pytest
+
+from actorwire import messages as m
+from actorwire.actors.control import Relay
+from actorwire.actors.control._coordinator import Coordinator
+from actorwire.actors.control._rank import RankProtocol, Send
+from actorwire.actors.control._relay import RelayBuffer
+from actorwire.actors.testing import ActorHarness
+
+RUN = "run-1"
+
+
+def batch(rank: int, ms: float = 10.0) -> m.Batch:
+    return m.Batch(rank=rank, batch_ms=ms, step_count=1, batch_loss=0.5, data_ms=1.0)
+
+
+def test_a_buffer_reports_its_batches_in_order_and_its_beats_once() -> None:
+    buf = RelayBuffer()
+    assert buf.take() is None
+    buf.batch(2, 10.0, 1, 0.5)
+    buf.batch(1, 12.0, 7, 0.25, data_ms=2.0)
+    buf.beat(1)
+    buf.beat(1)
+    report = buf.take()
+    assert report == m.RelayReport(ranks=[2, 1], batch_ms=[10.0, 12.0], data_ms=[0.0, 2.0], step_counts=[1, 7],
+                                   losses=[0.5, 0.25], beats=[1])
+    assert buf.take() is None  # taken: the next report starts empty
+
+
+def relay() -> ActorHarness:
+    h = ActorHarness(Relay(interval=0.1), name="relay/a", peers=["coordinator"])
+    h.start()
+    return h
+
+
+def test_a_relay_tells_one_report_per_interval_and_nothing_when_it_heard_nothing() -> None:
+    h = relay()
+    assert h.advance(0.1) == []
+    h.deliver(batch(3), sender="worker/3")
+    h.deliver(batch(4), sender="worker/4")
+    h.deliver(m.Heartbeat(rank=3, step_count=1), sender="worker/3/heartbeat")
+    (out,) = h.advance(0.1)
+    assert out.target == "coordinator"
+    assert out.message == m.RelayReport(ranks=[3, 4], batch_ms=[10.0, 10.0], data_ms=[1.0, 1.0], step_counts=[1, 1],
+                                        losses=[0.5, 0.5], beats=[3])
+    assert h.advance(0.1) == []
+
+
+def test_a_relay_takes_a_ranks_reports_only_from_that_ranks_actor() -> None:
+    h = relay()
+    h.deliver(batch(3), sender="mallory")  # a local actor that would speak for rank 3
+    h.deliver(batch(3), sender="worker/4")  # another rank
+    h.deliver(m.Heartbeat(rank=3, step_count=1), sender="worker/4/heartbeat")
+    assert h.advance(0.1) == []
+    assert h.actor.refused == {"mallory": 1, "worker/4": 1, "worker/4/heartbeat": 1}
+
+
+def test_a_relay_stops_when_the_coordinator_is_gone() -> None:
+    h = relay()
+    h.deliver(batch(3), sender="worker/3")
+    h.down("coordinator")
+    h.advance(0.1)
+    assert h.ctx.stopped
+
+
+def test_a_relay_refuses_a_bad_interval() -> None:
+    with pytest.raises(ValueError, match="interval must be positive, got 0"):
+        Relay(interval=0)
+
+
+# -- the coordinator's side ----------------------------------------------------------------
+
+
+def coordinator(relays: dict[int, str]) -> ActorHarness:
+    h = ActorHarness(Coordinator(world_size=3, run_id=RUN, num_epochs=1, dataset_size=300, batch_size=1,
+                                 sync_every=2, staleness_timeout=3.0, tick_interval=1.0, metrics_sink="main",
+                                 eval_every=0, final_eval=False),
+                     name="coordinator", peers=["main", "relay/a", "relay/b"])
+    h.start()
+    for rank in range(3):
+        assert h.ask(m.JoinRequest(rank=rank, world_size=3, run_id=RUN, model_signature="s",
+                                   relay=relays.get(rank, "")), sender=f"worker/{rank}") \
+            == m.JoinAccepted(rank=rank, world_size=3)
+    h.take()
+    return h
+
+
+def report(*ranks: int, beats: tuple[int, ...] = ()) -> m.RelayReport:
+    n = len(ranks)
+    return m.RelayReport(ranks=list(ranks), batch_ms=[10.0] * n, data_ms=[0.0] * n, step_counts=[1] * n,
+                         losses=[0.5] * n, beats=list(beats))
+
+
+def test_the_coordinator_counts_a_relayed_batch_as_it_counts_a_batch() -> None:
+    h = coordinator({0: "relay/a", 1: "relay/a", 2: "relay/b"})
+    h.advance(2.0)
+    h.deliver(report(0, 0, 1, beats=(1,)), sender="relay/a")
+    h.deliver(report(2), sender="relay/b")
+    ranks = h.actor.ranks
+    assert [ranks[r].total_steps for r in range(3)] == [2, 1, 1]
+    assert all(ranks[r].last_seen == 2.0 for r in range(3))
+    assert ranks[0].ms_per_batch == 10.0
+    h.deliver(report(1, 2), sender="relay/a")  # rank 2 named relay/b: only rank 1 is taken
+    h.deliver(report(2), sender="relay/b")
+    out = h.take()
+    assert {s.target for s in out if isinstance(s.message, m.SyncNow)} == {"worker/0", "worker/1", "worker/2"}
+
+
+def test_a_relay_cannot_speak_for_a_rank_that_did_not_name_it() -> None:
+    """An admitted peer registers a relay and reports batches for every rank: nothing is counted."""
+    h = coordinator({0: "relay/a"})
+    h.deliver(report(0, 1, 2, beats=(1, 2)), sender="relay/b")  # nobody named relay/b
+    h.deliver(report(1, 2), sender="relay/a")  # ranks 1 and 2 report straight to the coordinator
+    assert [h.actor.ranks[r].total_steps for r in range(3)] == [0, 0, 0]
+    assert h.actor.refused[("relay_report", "reports for ranks that did not name it as their relay")] == 7
+
+
+def test_a_report_with_columns_of_different_lengths_is_refused_whole() -> None:
+    h = coordinator({0: "relay/a"})
+    bad = m.RelayReport(ranks=[0, 0], batch_ms=[10.0], data_ms=[0.0, 0.0], step_counts=[1, 1], losses=[0.5, 0.5])
+    h.deliver(bad, sender="relay/a")
+    assert h.actor.ranks[0].total_steps == 0
+    assert h.actor.refused[("relay_report", "its columns have different lengths")] == 2
+
+
+def test_a_relayed_heartbeat_is_taken_before_the_run_starts_and_a_batch_is_not() -> None:
+    h = ActorHarness(Coordinator(world_size=2, run_id=RUN, num_epochs=1, dataset_size=20, batch_size=1,
+                                 staleness_timeout=3.0, tick_interval=1.0), name="coordinator", peers=["relay/a"])
+    h.start()
+    h.ask(m.JoinRequest(rank=0, world_size=2, run_id=RUN, relay="relay/a"), sender="worker/0")
+    h.advance(2.0)
+    h.deliver(report(0, beats=(0,)), sender="relay/a")
+    assert h.actor.ranks[0].last_seen == 2.0 and h.actor.ranks[0].total_steps == 0
+
+
+# -- the rank's side -----------------------------------------------------------------------
+
+
+def test_a_rank_with_a_relay_names_it_in_its_join_and_sends_its_batches_there() -> None:
+    p = RankProtocol(0, 1, relay="relay/a")
+    assert p.join_request(run_id=RUN, model_signature="s").relay == "relay/a"
+    assert p.reports_to == "relay/a"
+    p.join_reply(m.JoinAccepted(rank=0, world_size=1), now=0.0)
+    effects = p.batch_done(1.0, 10.0, 0.5)
+    assert [(type(e.message), e.to) for e in effects if isinstance(e, Send)] == [(m.Batch, "relay/a")]
+    assert RankProtocol(0, 1).reports_to == "coordinator"
