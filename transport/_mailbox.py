@@ -3,6 +3,11 @@
 Used for each actor's inbox and for user-thread mailboxes.  ``put`` blocks
 while full (that is the backpressure a same-process sender feels), up to a
 deadline; ``close`` wakes every waiter with ``SystemClosed``.
+
+Messages from other processes are appended past the capacity (their senders
+are held by credit instead): ``on_behind(depth)`` says when such a backlog
+passes the capacity, and again each time it doubles, so an overloaded actor
+is named rather than silently slow.
 """
 
 from __future__ import annotations
@@ -10,6 +15,7 @@ from __future__ import annotations
 import collections
 import threading
 import time
+from collections.abc import Callable
 from typing import Generic, TypeVar
 
 from actorwire.transport._errors import SystemClosed
@@ -18,11 +24,14 @@ T = TypeVar("T")
 
 
 class Mailbox(Generic[T]):
-    __slots__ = ("_items", "_capacity", "_lock", "_not_empty", "_not_full", "_closed", "_waiting")
+    __slots__ = ("_items", "_capacity", "_lock", "_not_empty", "_not_full", "_closed", "_waiting", "on_behind",
+                 "_behind_at")
 
-    def __init__(self, capacity: int = 0) -> None:
+    def __init__(self, capacity: int = 0, on_behind: Callable[[int], None] | None = None) -> None:
         self._items: collections.deque[T] = collections.deque()
         self._capacity = capacity  # 0: unbounded
+        self.on_behind = on_behind
+        self._behind_at = capacity or 0  # the depth that is reported next (0: never)
         self._lock = threading.Lock()
         self._not_empty = threading.Condition(self._lock)
         self._not_full = threading.Condition(self._lock)
@@ -75,9 +84,18 @@ class Mailbox(Generic[T]):
         if self._closed:
             raise SystemClosed("mailbox is closed")
         self._items.extend(items)
+        if self._behind_at and len(self._items) > self._behind_at:
+            self._report_behind()
         if self._waiting:
             with self._lock:
                 self._not_empty.notify()
+
+    def _report_behind(self) -> None:
+        depth = len(self._items)
+        while self._behind_at < depth:
+            self._behind_at *= 2
+        if self.on_behind is not None:
+            self.on_behind(depth)
 
     def get_many(self, limit: int = 1024) -> list[T]:
         """Wait for at least one item, then take up to ``limit`` of them, oldest first."""
@@ -91,6 +109,8 @@ class Mailbox(Generic[T]):
         except IndexError:
             pass
         if self._capacity:
+            if self._behind_at > self._capacity and len(self._items) < self._capacity:
+                self._behind_at = self._capacity  # caught up: the next backlog is reported again
             with self._lock:
                 self._not_full.notify_all()
         return out

@@ -122,7 +122,8 @@ class _Cell:
         self.system = system
         self.name = name
         self.actor = actor
-        self.mailbox: Mailbox[tuple[Envelope, Any, str | None]] = Mailbox(system.config.mailbox_capacity)
+        self.mailbox: Mailbox[tuple[Envelope, Any, str | None]] = Mailbox(system.config.mailbox_capacity,
+                                                                          on_behind=self._behind)
         self.log = _ActorLog(get_logger(actor=name, rank=system.rank, cls=type(actor).__qualname__))
         self.recorder: Recorder | None = None
         settings = system._record
@@ -137,6 +138,12 @@ class _Cell:
         self.thread = threading.Thread(target=self._run, name=f"actor {name}", daemon=True)
 
     # -- delivery (any thread) -------------------------------------------
+
+    def _behind(self, depth: int) -> None:
+        """The I/O thread appended past the mailbox's capacity: this actor cannot keep up."""
+        self.log.warning("the actor is behind: messages from other processes wait in its mailbox; their "
+                         "senders are held by credit and nothing is dropped", queued=depth,
+                         capacity=self.system.config.mailbox_capacity)
 
     def deliver(self, envelope: Envelope, message: Message, source: str | None, timeout: float | None) -> bool:
         return self.mailbox.put((envelope, message, source), timeout)

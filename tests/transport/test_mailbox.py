@@ -77,3 +77,26 @@ def test_close_wakes_waiters_and_returns_leftovers() -> None:
         box.put(3, timeout=0.0)
     with pytest.raises(SystemClosed):
         box.get(timeout=1.0)
+
+
+def test_a_backlog_past_the_capacity_is_reported_once_per_doubling_and_again_after_catching_up() -> None:
+    depths: list[int] = []
+    box: Mailbox[int] = Mailbox(capacity=4, on_behind=depths.append)
+    box.put_many([1, 2, 3, 4])
+    assert depths == []  # at the capacity: not behind
+    box.put_many([5])
+    box.put_many([6, 7])
+    assert depths == [5]  # past 4, then not again until past 8
+    box.put_many(list(range(8, 20)))
+    assert depths == [5, 19]  # past 8 and past 16 in one go: one report
+    while len(box) >= 4:
+        box.get_many(limit=8)
+    box.put_many(list(range(10)))
+    assert depths[-1] > 4 and len(depths) == 3  # caught up, then behind again: reported again
+
+
+def test_an_unbounded_mailbox_never_reports_a_backlog() -> None:
+    depths: list[int] = []
+    box: Mailbox[int] = Mailbox(on_behind=depths.append)
+    box.put_many(list(range(100_000)))
+    assert depths == []
