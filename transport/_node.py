@@ -1028,10 +1028,7 @@ class Node:
             return
         if kind == zmq.EVENT_DISCONNECTED:
             self._root_watch.down(time.monotonic(), self._timing)
-            root = self._nodes.get(self._root_id or "")
-            if root is not None and root.host == self.host and root.pid > 0 and not process_alive(root.pid):
-                self._root_down(f"its connection closed and process {root.pid} no longer exists",
-                                DownReason.DEAD)
+            self._root_gone_from_host()
             return
         if self._joined.is_set():
             return  # a reconnection after the join: the connection's state judges the root
@@ -1481,11 +1478,21 @@ class Node:
             for update in self._registry.check(now):
                 self._log.warning("node unreachable", detail=update.detail, actors=update.removed)
                 self._apply_update(update)
-        elif self._joined.is_set() and self._root_watch.silent_for(now) is not None:
-            self._root_down(self._root_watch.why(now), DownReason.UNREACHABLE)
+        elif self._joined.is_set() and self._root_watch.down_since is not None and not self.root_gone.is_set():
+            # A dying root closes its sockets before its pid is gone: look again on every check.
+            if not self._root_gone_from_host() and self._root_watch.silent_for(now) is not None:
+                self._root_down(self._root_watch.why(now), DownReason.UNREACHABLE)
         if self._parking:
             self._unpark(now)
         self._retransmit(now)
+
+    def _root_gone_from_host(self) -> bool:
+        """The root runs on this host and its process no longer exists: it is dead (said once)."""
+        root = self._nodes.get(self._root_id or "")
+        if root is None or root.host != self.host or root.pid <= 0 or process_alive(root.pid):
+            return False
+        self._root_down(f"its connection closed and process {root.pid} no longer exists", DownReason.DEAD)
+        return True
 
     def _root_down(self, why: str, reason: DownReason) -> None:
         """The root is gone: this member is headless, and the root's actors are down."""

@@ -97,10 +97,13 @@ class Registry:
         if node is None or node_id == self.root_id or node.exiting:
             return RegistryUpdate()
         if self._gone(node_id):
-            return self._drop(node_id, DownReason.DEAD, f"its connection closed and process {node.info.pid} "
-                                                        f"no longer exists")
+            return self._drop(node_id, DownReason.DEAD, self._closed_and_gone(node))
         node.watch.down(now, self.timing)
         return RegistryUpdate()
+
+    @staticmethod
+    def _closed_and_gone(node: _Node) -> str:
+        return f"its connection closed and process {node.info.pid} no longer exists"
 
     def register(self, node_id: str, names: list[str], *, takeover: bool = False) -> RegistryUpdate:
         node = self._nodes.get(node_id)
@@ -165,9 +168,14 @@ class Registry:
         """Every node (but the root) whose connection stayed down past its allowance is unreachable."""
         updates = []
         for node_id, node in list(self._nodes.items()):
-            if node_id == self.root_id or node.exiting or node.watch.silent_for(now) is None:
+            if node_id == self.root_id or node.exiting or node.watch.down_since is None:
                 continue
-            updates.append(self._drop(node_id, DownReason.UNREACHABLE, node.watch.why(now)))
+            # A dying process closes its sockets before its pid is gone: the drop may be seen first,
+            # and the pid is looked at again on every check of the grace.
+            if self._gone(node_id):
+                updates.append(self._drop(node_id, DownReason.DEAD, self._closed_and_gone(node)))
+            elif node.watch.silent_for(now) is not None:
+                updates.append(self._drop(node_id, DownReason.UNREACHABLE, node.watch.why(now)))
         return updates
 
     def _drop(self, node_id: str, reason: DownReason, detail: str) -> RegistryUpdate:

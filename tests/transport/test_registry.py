@@ -127,6 +127,22 @@ def test_a_dropped_connection_of_a_gone_process_on_this_host_is_a_death_at_once(
     assert reg.disconnected("a", now=6.0).removed == []  # already gone
 
 
+def test_a_dying_process_whose_drop_is_seen_before_its_pid_is_gone_is_still_a_death() -> None:
+    """The kernel closes a killed process's sockets before its pid goes: the root may see the drop
+    while the pid still answers, and then it must look again, not wait out the grace."""
+    alive = {7: True}
+    reg = Registry(root_node=ROOT, timing=TIMING, now=0.0, process_alive=lambda pid: alive.get(pid, False))
+    reg.join(NodeInfo(node_id="a", endpoints=["ipc:///tmp/a"], host="h", pid=7), now=0.0)
+    reg.register("a", ["worker/0"])
+    reg.connected("a")
+    assert reg.disconnected("a", now=5.0).removed == []
+    assert reg.check(now=5.1) == []
+    alive[7] = False
+    (update,) = reg.check(now=5.2)  # well inside the 1.5 s grace
+    assert update.reasons == {"worker/0": DownReason.DEAD}
+    assert update.detail == "node a: its connection closed and process 7 no longer exists"
+
+
 def test_an_exiting_node_is_never_judged_by_its_connection() -> None:
     reg = registry()
     reg.register("a", ["worker/0"])
