@@ -47,6 +47,31 @@ class Counter(Actor):
         ctx.reply(m.SyncAck(rank=self.errors, step_count=self.total))
 
 
+class InlineCounter(Counter):
+    """A :class:`Counter` that declares it never blocks: remote messages may be handled on the I/O
+    thread.  Counts the messages each thread handled (``threads``) and names them on ``Throttle``
+    (told to ``notify`` as ``JoinRejected.reason``)."""
+
+    never_blocks = True
+
+    def __init__(self, notify: str = "") -> None:
+        super().__init__()
+        self.notify = notify
+        self.threads: dict[str, int] = {}
+
+    @handler
+    def on_heartbeat(self, msg: m.Heartbeat, ctx: Context) -> None:
+        import threading
+
+        name = threading.current_thread().name.split("-")[1] if "-" in threading.current_thread().name else "actor"
+        self.threads[name] = self.threads.get(name, 0) + 1
+        super().on_heartbeat(msg, ctx)
+
+    @handler
+    def on_throttle(self, msg: m.Throttle, ctx: Context) -> None:
+        ctx.reply(m.JoinRejected(reason=",".join(f"{k}={v}" for k, v in sorted(self.threads.items()))))
+
+
 class Sleeper(Actor):
     """Blocks its handler for ``Throttle``; answers ``SyncNow`` with its pid."""
 
@@ -101,6 +126,12 @@ class Quitter(Actor):
     def on_sync_now(self, msg: m.SyncNow, ctx: Context) -> None:
         ctx.reply(m.SyncAck(rank=os.getpid(), step_count=0))
 
+
+
+class InlineQuitter(Quitter):
+    """A :class:`Quitter` that never blocks: its ``Shutdown`` (and ``ctx.stop()``) runs on the I/O thread."""
+
+    never_blocks = True
 
 class Flooder(Actor):
     """On ``StartEpoch(partition_size=N)`` tells ``target`` N numbered heartbeats, then answers."""

@@ -25,7 +25,7 @@ T = TypeVar("T")
 
 class Mailbox(Generic[T]):
     __slots__ = ("_items", "_capacity", "_lock", "_not_empty", "_not_full", "_closed", "_waiting", "on_behind",
-                 "_behind_at")
+                 "_behind_at", "_woken")
 
     def __init__(self, capacity: int = 0, on_behind: Callable[[int], None] | None = None) -> None:
         self._items: collections.deque[T] = collections.deque()
@@ -37,6 +37,7 @@ class Mailbox(Generic[T]):
         self._not_full = threading.Condition(self._lock)
         self._closed = False
         self._waiting = False
+        self._woken = False
 
     def __len__(self) -> int:
         return len(self._items)
@@ -111,6 +112,46 @@ class Mailbox(Generic[T]):
         if self._capacity:
             if self._behind_at > self._capacity and len(self._items) < self._capacity:
                 self._behind_at = self._capacity  # caught up: the next backlog is reported again
+            with self._lock:
+                self._not_full.notify_all()
+        return out
+
+    def wait(self) -> None:
+        """Block until an item is queued or :meth:`wake` is called; ``SystemClosed`` once closed and empty.
+
+        With :meth:`take_many`, for a consumer that must take items at a moment of its choosing
+        (inside a lock of its own) rather than when they arrive."""
+        if self._items:
+            return
+        with self._lock:
+            self._waiting = True  # before looking again: see get()
+            try:
+                while not self._items and not self._woken:
+                    if self._closed:
+                        raise SystemClosed("mailbox is closed")
+                    self._not_empty.wait()
+            finally:
+                self._waiting = False
+                self._woken = False
+
+    def wake(self) -> None:
+        """Release a consumer blocked in :meth:`wait` with nothing queued."""
+        with self._lock:
+            self._woken = True
+            self._not_empty.notify_all()
+
+    def take_many(self, limit: int = 1024) -> list[T]:
+        """Take up to ``limit`` items, oldest first, without waiting (possibly none)."""
+        out: list[T] = []
+        popleft = self._items.popleft
+        try:
+            for _ in range(min(limit, len(self._items))):
+                out.append(popleft())
+        except IndexError:
+            pass
+        if out and self._capacity:
+            if self._behind_at > self._capacity and len(self._items) < self._capacity:
+                self._behind_at = self._capacity
             with self._lock:
                 self._not_full.notify_all()
         return out

@@ -335,6 +335,7 @@ class Node:
         self._corr = itertools.count(1)
         self._asks = Asks()
         self._wake_at = 0.0  # when the sleeping I/O thread will wake by itself
+        self._io_ident = -1  # the I/O thread's ident, once it runs
 
         # Receiving.
         # Inbound streams are keyed by the sending node (one incarnation of a process), the sender
@@ -578,6 +579,8 @@ class Node:
             deliver = self._local.get(target)
             if deliver is None:
                 raise ActorDead(target, DownReason.EXITED, "it stopped")
+            if block and threading.get_ident() == self._io_ident:
+                block = False  # a handler on the I/O thread (Actor.never_blocks) must never wait
             seq = self._seq[sender] = self._local_seq[sender] = self._local_seq[sender] + 1
             envelope = Envelope(
                 sender=sender, target=target, seq=seq, correlation_id=correlation_id,
@@ -592,6 +595,8 @@ class Node:
         if pair is None or pair.node_id != node_id:
             pair = self._pair(sender, target, node_id)
         if pair.sent - pair.handled >= pair.window:
+            if block and threading.get_ident() == self._io_ident:
+                block = False  # the I/O thread returns the credit it would wait for: never wait there
             if not block:
                 raise WouldBlock(f"{target!r} has {pair.window} unhandled messages from {sender!r}")
             self._wait_credit(pair, target, type(message).wire_tag(), wait)
@@ -761,6 +766,7 @@ class Node:
     # ------------------------------------------------------------------
 
     def _run(self) -> None:
+        self._io_ident = threading.get_ident()
         log = self._log
         poller = zmq.Poller()
         poller.register(self._router, zmq.POLLIN)

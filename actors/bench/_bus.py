@@ -37,6 +37,8 @@ BATCH = m.Batch(rank=3, batch_ms=12.5, step_count=1000, batch_loss=0.25, data_ms
 class Sink(Actor):
     """Counts Batch messages; tells ``notify`` once ``expect`` have arrived."""
 
+    never_blocks = True  # counting and one tell: handled on the I/O thread when idle
+
     def __init__(self, expect: int = 0, notify: str = "") -> None:
         self.expect = expect
         self.notify = notify
@@ -73,6 +75,8 @@ class Flooder(Actor):
 
 
 class Echo(Actor):
+    never_blocks = True  # a reply and nothing else: handled on the I/O thread when idle
+
     @handler
     def on_batch(self, msg: m.Batch, ctx: Context) -> None:
         ctx.reply(msg)

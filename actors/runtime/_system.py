@@ -136,6 +136,11 @@ class _Cell:
         self.log._ctx = self.ctx
         self.stopping = False
         self.thread = threading.Thread(target=self._run, name=f"actor {name}", daemon=True)
+        #: Held while a handler runs, by the actor's thread or (``never_blocks``) the I/O thread.
+        self._turn = threading.Lock()
+        self._inline = bool(getattr(actor, "never_blocks", False))
+        self._started = False  # on_start has run: the I/O thread may take a turn
+        self._leftover: list[tuple[Envelope, Any, str | None]] = []  # what a stop in an I/O-thread turn left
 
     # -- delivery (any thread) -------------------------------------------
 
@@ -147,6 +152,19 @@ class _Cell:
 
     def deliver(self, envelope: Envelope, message: Message, source: str | None, timeout: float | None) -> bool:
         return self.mailbox.put((envelope, message, source), timeout)
+
+    def deliver_many(self, batch: list[tuple[Envelope, Any, str | None]]) -> None:
+        """The I/O thread's bulk path.  An actor that never blocks, idle and with nothing queued, is
+        run here and now; otherwise the batch joins its mailbox.  The actor's thread takes messages
+        from the mailbox only inside a turn, so nothing queued can be overtaken (per-stream FIFO)."""
+        if self._inline and self._started and not self.stopping and self._turn.acquire(blocking=False):
+            try:
+                if not len(self.mailbox) and not self.stopping:
+                    self._handle(batch)
+                    return
+            finally:
+                self._turn.release()
+        self.mailbox.put_many(batch)
 
     def deliver_timer(self, message: TimerFired, envelope: Envelope) -> None:
         try:
@@ -197,7 +215,7 @@ class _Cell:
     # -- the actor's thread ----------------------------------------------
 
     def _run(self) -> None:
-        actor, ctx, node, log = self.actor, self.ctx, self.system._node, self.log
+        actor, ctx, log = self.actor, self.ctx, self.log
         rec = self.recorder
         if rec is not None:
             rec.begin()
@@ -206,43 +224,60 @@ class _Cell:
         except Exception:
             log.exception("on_start failed; the actor stops")
             self.stopping = True
-        get_many = self.mailbox.get_many
+        self._started = True
+        mailbox = self.mailbox
         leftover: list[tuple[Envelope, Any, str | None]] = []
         while not self.stopping:
             try:
-                batch = get_many()
+                mailbox.wait()
             except SystemClosed:
                 break
-            # Credit for remote senders goes back once per batch, not per message.
-            acks: dict[tuple[str, str, str], int] = {}
-            for i, (envelope, message, source) in enumerate(batch):
-                if message is _STOP or self.stopping:
-                    leftover = batch[i:]
-                    self.stopping = True
-                    break
-                ctx.envelope = envelope
-                ctx._source = source
-                error: Exception | None = None
-                if rec is not None:
-                    rec.message(envelope, message)
-                try:
-                    if not dispatch(actor, message, ctx):
-                        self._reply_unhandled(message, envelope, source)
-                except Exception as exc:
-                    error = exc
-                    self._failed(exc, message, envelope, source)
-                if rec is not None:
-                    rec.done(error)
-                if source is not None:
-                    acks[(source, envelope.sender, envelope.target)] = envelope.seq
-            if acks:
-                node.handled_many(acks, len(batch) - len(leftover))
+            with self._turn:  # taken from the mailbox only inside a turn: see deliver_many
+                batch = mailbox.take_many()
+                if batch:
+                    leftover = self._handle(batch)
+        leftover = leftover or self._leftover
         ctx.envelope = None
         try:
             actor.on_stop(ctx)
         except Exception:
             log.exception("on_stop failed")
         self._retire(leftover)
+
+    def _handle(self, batch: list[tuple[Envelope, Any, str | None]]) -> list[tuple[Envelope, Any, str | None]]:
+        """Run ``batch`` through the handlers (inside a turn); returns what a stop left unhandled."""
+        actor, ctx, rec = self.actor, self.ctx, self.recorder
+        leftover: list[tuple[Envelope, Any, str | None]] = []
+        # Credit for remote senders goes back once per batch, not per message.
+        acks: dict[tuple[str, str, str], int] = {}
+        for i, (envelope, message, source) in enumerate(batch):
+            if message is _STOP or self.stopping:
+                leftover = batch[i:]
+                self.stopping = True
+                self.mailbox.wake()  # the actor's thread retires it
+                break
+            ctx.envelope = envelope
+            ctx._source = source
+            error: Exception | None = None
+            if rec is not None:
+                rec.message(envelope, message)
+            try:
+                if not dispatch(actor, message, ctx):
+                    self._reply_unhandled(message, envelope, source)
+            except Exception as exc:
+                error = exc
+                self._failed(exc, message, envelope, source)
+            if rec is not None:
+                rec.done(error)
+            if source is not None:
+                acks[(source, envelope.sender, envelope.target)] = envelope.seq
+        if acks:
+            self.system._node.handled_many(acks, len(batch) - len(leftover))
+        if leftover:
+            self._leftover = leftover
+        elif self.stopping:
+            self.mailbox.wake()  # ctx.stop() in the I/O thread's turn: the actor's thread retires it
+        return leftover
 
     def _reply_unhandled(self, message: Message, envelope: Envelope, source: str | None) -> None:
         if envelope.correlation_id and not envelope.is_reply:
@@ -374,7 +409,7 @@ class ActorSystem:
             raise WrongType(f"spawn() takes an Actor instance, got {type(actor).__name__}")
         self._check_open()
         cell = _Cell(self, name, actor, _stable_int(f"{self.seed}:{name}"))
-        self._node.add_local(name, cell.deliver, deliver_many=cell.mailbox.put_many)
+        self._node.add_local(name, cell.deliver, deliver_many=cell.deliver_many)
         self._cells[name] = cell
         cell.thread.start()
         if self._proctitle:

@@ -75,9 +75,11 @@ def attached(system: ActorSystem, actors: dict[str, str], *, takeover: bool = Fa
     return proc
 
 
-@pytest.mark.parametrize("transport", ["ipc", "tcp"])
-def test_fifo_of_100k_messages_none_lost(transport: str, setenv: Callable[[str, str | None], None],
+@pytest.mark.parametrize(("transport", "inline"), [("ipc", False), ("tcp", False), ("ipc", True)])
+def test_fifo_of_100k_messages_none_lost(transport: str, inline: bool, setenv: Callable[[str, str | None], None],
                                         tmp_path: pathlib.Path) -> None:
+    """``inline``: the counter declares ``never_blocks``, so the I/O thread handles what arrives while
+    it is idle and its own thread the rest: per-sender FIFO must hold across the two."""
     if transport == "tcp":  # over CURVE, as tcp always is by default
         from actorwire.transport._security import keygen
 
@@ -87,9 +89,10 @@ def test_fifo_of_100k_messages_none_lost(transport: str, setenv: Callable[[str, 
     bind = "tcp://127.0.0.1:0" if transport == "tcp" else None
     with ActorSystem(config=FAST, bind=bind) as system:
         assert system.endpoint.startswith(transport)
-        from _actors import Counter
+        from _actors import Counter, InlineCounter
 
-        system.spawn(Counter(), "counter")
+        counter = InlineCounter() if inline else Counter()
+        system.spawn(counter, "counter")
         child = system.spawn_process({"flooder": "_actors:Flooder"}, env=ENV)
         n = 100_000
         done = system.ask("flooder", m.StartEpoch(epoch=0, partition_offset=0, partition_size=n), timeout=90)
@@ -103,6 +106,9 @@ def test_fifo_of_100k_messages_none_lost(transport: str, setenv: Callable[[str, 
             report = system.ask("counter", m.SyncNow(), timeout=30)
         # Every heartbeat arrived exactly once, in order (Counter checks each step).
         assert report == m.SyncAck(rank=0, step_count=n)
+        if inline:  # handled on both threads, none lost or reordered between them
+            threads = system.ask("counter", m.Throttle(), timeout=30).reason  # type: ignore[attr-defined]
+            assert "io=" in threads, threads
         system.stop("counter")
     assert child.returncode == 0
 
@@ -158,9 +164,11 @@ def test_blocked_handler_does_not_make_a_process_look_dead(system: ActorSystem) 
     assert system.ask("sleeper", m.SyncNow(), timeout=10).step_count == 0  # type: ignore[attr-defined]
 
 
-def test_clean_exit_is_not_reported_as_death(system: ActorSystem) -> None:
+@pytest.mark.parametrize("quitter", ["_actors:Quitter", "_actors:InlineQuitter"])
+def test_clean_exit_is_not_reported_as_death(system: ActorSystem, quitter: str) -> None:
+    """``InlineQuitter`` stops itself in a handler run on the I/O thread: it retires all the same."""
     inbox = system.inbox("watcher")
-    child = system.spawn_process({"q": "_actors:Quitter"}, env=ENV)
+    child = system.spawn_process({"q": quitter}, env=ENV)
     inbox.watch("q")
     system.tell("q", m.Shutdown())
     got = inbox.get(timeout=10)
