@@ -1021,14 +1021,10 @@ class Node:
 
         A failed handshake before the join is the answer: libzmq would retry for ever, and the user
         waited out the join timeout to read "no answer"."""
-        from zmq.utils.monitor import recv_monitor_message
-
         assert self._root_monitor is not None
-        try:
-            event = recv_monitor_message(self._root_monitor, _NOBLOCK)
-        except zmq.Again:
+        kind = _monitor_event(self._root_monitor)
+        if kind is None:
             return
-        kind = event.get("event")
         if kind == zmq.EVENT_HANDSHAKE_SUCCEEDED:
             self._root_watch.up()
             return
@@ -1049,14 +1045,8 @@ class Node:
 
     def _on_link_event(self, link: _Link) -> None:
         """The root's connection to a member went up or down (its monitor said so)."""
-        from zmq.utils.monitor import recv_monitor_message
-
         assert link.monitor is not None and self._registry is not None
-        try:
-            event = recv_monitor_message(link.monitor, _NOBLOCK)
-        except zmq.Again:
-            return
-        kind = event.get("event")
+        kind = _monitor_event(link.monitor)
         if kind == zmq.EVENT_HANDSHAKE_SUCCEEDED:
             self._registry.connected(link.node_id)
         elif kind == zmq.EVENT_DISCONNECTED:
@@ -1518,6 +1508,16 @@ class Node:
                 self._out.append((pair.node_id, record))
             if again:
                 self._log.info("re-sending messages not acknowledged", target=pair.target, count=len(again))
+
+
+def _monitor_event(monitor: zmq.Socket) -> int | None:
+    """The kind of the next event a socket monitor has ready (None: nothing is)."""
+    from zmq.utils.monitor import recv_monitor_message
+
+    try:
+        return int(recv_monitor_message(monitor, _NOBLOCK)["event"])
+    except zmq.Again:
+        return None
 
 
 def _wake_pipe() -> tuple[int, int]:

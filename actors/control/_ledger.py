@@ -83,6 +83,19 @@ class CoordinatorConfig(msgspec.Struct, frozen=True, kw_only=True):
                                   f"got {self.min_world_size}")
 
 
+class _Flag:
+    """A :class:`RankState` flag that says so when it is set (see there)."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.attr = "_" + name
+
+    def __get__(self, obj: RankState | None, owner: type | None = None) -> bool:
+        return bool(getattr(obj, self.attr))
+
+    def __set__(self, obj: RankState, value: bool) -> None:
+        obj._set(self.attr, value)
+
+
 class RankState:
     """What the coordinator knows of one rank.
 
@@ -128,30 +141,10 @@ class RankState:
         if self.on_change is not None:
             self.on_change(self, was_in)
 
-    @property
-    def alive(self) -> bool:
-        return self._alive
-
-    @alive.setter
-    def alive(self, value: bool) -> None:
-        self._set("_alive", value)
-
-    @property
-    def exited(self) -> bool:
-        return self._exited
-
-    @exited.setter
-    def exited(self, value: bool) -> None:
-        self._set("_exited", value)
-
-    @property
-    def waiting(self) -> bool:
-        """Joined while the run was running (a restart or a late rank): in from the next epoch."""
-        return self._waiting
-
-    @waiting.setter
-    def waiting(self, value: bool) -> None:
-        self._set("_waiting", value)
+    alive = _Flag()
+    exited = _Flag()
+    #: Joined while the run was running (a restart or a late rank): in from the next epoch.
+    waiting = _Flag()
 
 
 def add_metrics(a: MetricsMsg, b: MetricsMsg) -> MetricsMsg:
