@@ -52,6 +52,7 @@ from .kinds._control import (
     StartEpoch,
     SyncNow,
     Throttle,
+    WriteMeta,
 )
 from .kinds._enums import DownReason, ErrorCode, IntentKind, Plane, SaveReason
 from .kinds._metrics import EpochMetrics, MetricsMsg, ResourceUsage, ScalarSum
@@ -81,17 +82,25 @@ from .kinds._timing import (
 )
 from .kinds._weights import (
     BeginSync,
+    DigestState,
     EndSync,
     FreeGroup,
     GroupsFreed,
     HeldNames,
+    PackPull,
     PublishGroup,
+    PullPacked,
     PullReply,
     PullRequest,
+    PullWritten,
+    ReserveRing,
     ReserveServeBuffer,
+    RingReserved,
     ServeBufferReserved,
+    StateDigest,
     SyncFailed,
     WeightMsg,
+    WritePull,
 )
 
 __all__ = [
@@ -112,7 +121,7 @@ __all__ = [
     "StartEpoch", "ExtendPartition", "SyncNow",
     "Throttle", "SetGlobalStep", "Checkpoint", "ExecuteEval", "SetEpochCallbackRole",
     "EpochAggregated", "EvalBroadcast", "DeclareDead", "RequestNewNcclId", "NewNcclSession",
-    "Shutdown", "ShutdownWithSave", "CoordHeartbeat", "JoinAccepted", "JoinRejected",
+    "Shutdown", "ShutdownWithSave", "CoordHeartbeat", "JoinAccepted", "JoinRejected", "WriteMeta",
     # timing and metrics
     "Batch", "SyncAck", "Exiting", "LrUpdate", "Intent", "Heartbeat",
     "EvalResult", "CheckpointResult", "NewNcclIdGenerated", "EpochFnElapsed",
@@ -120,6 +129,7 @@ __all__ = [
     # weights
     "BeginSync", "PublishGroup", "FreeGroup", "GroupsFreed", "EndSync", "SyncFailed", "HeldNames",
     "ReserveServeBuffer", "ServeBufferReserved", "PullRequest", "PullReply",
+    "ReserveRing", "RingReserved", "PackPull", "PullPacked", "WritePull", "PullWritten", "DigestState", "StateDigest",
     # what the runtime tells an actor
     "Down", "ErrorReply", "AskFailed", "TimerFired", "RankExited",
 ]

@@ -87,6 +87,7 @@ def run_demo(args: argparse.Namespace) -> int:
     save_dir = tempfile.mkdtemp(prefix="actorwire-demo-")
     dataset = 3072
     with ActorSystem(record=args.record) as system:
+        run_id = system.run_id
         inbox = system.inbox("main")
         system.spawn(Coordinator(world_size=workers, run_id=system.run_id, num_epochs=epochs, dataset_size=dataset,
                                  batch_size=32, sync_every=8, eval_every=2, checkpoint_every=2, form_group=True,
@@ -155,8 +156,11 @@ def run_demo(args: argparse.Namespace) -> int:
     print(f"lost rank(s): {lost}" if lost else "no rank lost")
     print(f"checkpoints under {save_dir}")
     if args.record:
-        print(f"recorded into {args.record}: try `actorwire log show {args.record} --kind epoch_aggregated` or "
-              f"`actorwire replay {args.record} --actor coordinator`")
+        from actorwire.actors.runtime._record import run_directory
+
+        where = run_directory(args.record, run_id)
+        print(f"recorded into {where}: try `actorwire log show {where} --kind epoch_aggregated` or "
+              f"`actorwire replay {where} --actor coordinator`")
     # The outcome is the run's, not the workers': a run that finished with survivors succeeded,
     # whoever killed a rank; one that ended early (or lost an epoch) failed.
     complete = ended is None and finished == set(range(epochs))

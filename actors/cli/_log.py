@@ -12,12 +12,14 @@ from __future__ import annotations
 
 import argparse
 import ast
+import dataclasses
 import fnmatch
 import heapq
 import json
 import operator
 import os
 import pathlib
+import re
 import sys
 import time
 from collections import Counter, defaultdict
@@ -30,9 +32,11 @@ from actorwire.messages import Envelope, UsageError
 from actorwire.transport._errors import NotFound
 from actorwire.transport.recording import (
     RECORD_TYPES,
+    Call,
     CorruptRecord,
     Done,
     In,
+    IncompleteHeader,
     LogFormatError,
     Out,
     Segment,
@@ -72,13 +76,30 @@ def _segments(paths: list[str]) -> dict[pathlib.Path, list[pathlib.Path]]:
     return actor_logs(paths)
 
 
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+
+
+def printable(text: str) -> str:
+    """``text`` with control characters escaped: a recorded string cannot move the cursor or recolour
+    a terminal (``\\x1b[2J`` in a message prints as those characters, not as a cleared screen)."""
+    return _CONTROL.sub(lambda c: f"\\x{ord(c.group()):02x}", text)
+
+
+def note(text: str) -> None:
+    """One line on stderr, escaped."""
+    print(f"actorwire: {printable(text)}", file=sys.stderr)
+
+
 def iter_actor(segments: list[pathlib.Path], *, skip_corrupt: bool, progress: _Progress) -> Iterator[tuple[str, Any]]:
-    """``(actor name, record)`` for every record of one actor, in order."""
+    """``(actor name, record)`` for every record of one actor, in order; a torn tail is reported."""
     for path in segments:
         segment = Segment(path)
         for _, record in segment.records(skip_corrupt=skip_corrupt):
             yield segment.header.actor, record
-        progress.advance(len(segment.data))
+        torn = segment.torn_note()
+        if torn:
+            note(torn)
+        progress.advance(len(segment))
 
 
 def _time(record: Any) -> int:
@@ -240,6 +261,7 @@ def cmd_show(args: argparse.Namespace) -> int:
             body = " ".join(f"{k}={v}" for k, v in row["message"].items() if k != "type")
             corr = f" corr={row['correlation_id']}" if row["correlation_id"] else ""
             line = f"{t:10.6f}  {actor:<16} {arrow} {row['peer']:<16} {row['dir']:<5} {kind:<18}{corr} {body}"
+            line = printable(line)
             if color:
                 line = f"{_COLORS.get(row['dir'], '')}{line}\033[0m"
             print(line)
@@ -315,7 +337,10 @@ def collect_stats(paths: list[str], *, skip_corrupt: bool = False) -> dict[str, 
                     start = starts.pop(view.index, None)
                     if start is not None:
                         slow.append(((view.end_ns - start[0]) / 1e6, actor, view.index, start[1]))
-            progress.advance(len(segment.data))
+            torn = segment.torn_note()
+            if torn:
+                note(torn)
+            progress.advance(len(segment))
     progress.close()
     span = (last - first) / 1e9 if first is not None and last is not None and last > first else 0.0
     return {
@@ -335,20 +360,26 @@ def cmd_stats(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(stats, indent=2))
         return 0
-    print(f"{stats['records']} records over {stats['span_s']:.3f} s")
-    print(f"\n{'kind':<24} {'count':>9} {'rate/s':>10} {'bytes':>10}")
+
+    def out(text: str = "") -> None:  # every name and kind in the table came from a file
+        print(printable(text))
+
+    out(f"{stats['records']} records over {stats['span_s']:.3f} s")
+    print()
+    out(f"{'kind':<24} {'count':>9} {'rate/s':>10} {'bytes':>10}")
     for kind, k in stats["kinds"].items():
         rate = f"{k['rate_per_s']:.1f}" if k["rate_per_s"] is not None else "-"
-        print(f"{kind:<24} {k['count']:>9} {rate:>10} {k['bytes']:>10}")
-    print(f"\n{'sender':<24} {'target':<24} {'count':>9}")
+        out(f"{kind:<24} {k['count']:>9} {rate:>10} {k['bytes']:>10}")
+    print()
+    out(f"{'sender':<24} {'target':<24} {'count':>9}")
     for p in stats["pairs"]:
-        print(f"{p['sender']:<24} {p['target']:<24} {p['count']:>9}")
+        out(f"{p['sender']:<24} {p['target']:<24} {p['count']:>9}")
     print("\nlargest gaps between messages:")
     for g in stats["largest_gaps"]:
-        print(f"  {g['seconds']:.3f} s  {g['actor']} before message {g['index']}")
+        out(f"  {g['seconds']:.3f} s  {g['actor']} before message {g['index']}")
     print("\nslowest handlers:")
     for h in stats["slowest_handlers"]:
-        print(f"  {h['ms']:.3f} ms  {h['actor']} message {h['index']} ({h['kind']})")
+        out(f"  {h['ms']:.3f} ms  {h['actor']} message {h['index']} ({h['kind']})")
     return 0
 
 
@@ -369,7 +400,7 @@ def cmd_tail(args: argparse.Namespace) -> int:
         for path in sorted(directory.glob("seg-*.awlog")):
             try:
                 segment = Segment(path)
-            except LogFormatError:
+            except IncompleteHeader:
                 continue  # a segment being created
             done = seen.get(path, 0)
             records = [(o, r) for o, r in segment.records(skip_corrupt=args.skip_corrupt) if o >= done]
@@ -377,8 +408,8 @@ def cmd_tail(args: argparse.Namespace) -> int:
                 if isinstance(record, (In, Out)):
                     row = _row(segment.header.actor, record)
                     print(json.dumps(row) if args.json else
-                          f"{row['actor']} {'<-' if row['dir'] == 'in' else '->'} {row['peer']} {row['kind']} "
-                          f"{row['message']}", flush=True)
+                          printable(f"{row['actor']} {'<-' if row['dir'] == 'in' else '->'} {row['peer']} "
+                                    f"{row['kind']} {row['message']}"), flush=True)
                     shown += 1
                 seen[path] = offset + 1
         if not args.follow or (deadline is not None and time.monotonic() > deadline):
@@ -410,8 +441,14 @@ def perfetto_trace(paths: list[str], *, skip_corrupt: bool = False) -> dict[str,
     for tid, (actor, records) in enumerate(sorted(per_actor.items()), start=1):
         actors[actor] = tid
         events.append({"ph": "M", "name": "thread_name", "pid": 1, "tid": tid, "args": {"name": actor}})
+        last_end: int | None = None  # wall ns at which the previous input of a protocol log returned
         for record in records:
+            if isinstance(record, Call):
+                events.extend(_protocol_slices(record, tid, origin, last_end))
+                last_end = record.wall_ns + max(0, record.end_ns - record.start_ns)
+                continue
             if isinstance(record, In):
+                last_end = record.wall_ns + max(0, record.end_ns - record.start_ns) if record.end_ns else record.wall_ns
                 ts = (record.wall_ns - origin) / 1e3
                 dur = max(0.001, (record.end_ns - record.start_ns) / 1e3) if record.end_ns else 0.001
                 kind = type(record.message).wire_tag()
@@ -442,6 +479,37 @@ def perfetto_trace(paths: list[str], *, skip_corrupt: bool = False) -> dict[str,
     return {"traceEvents": events, "displayTimeUnit": "ms"}
 
 
+#: A rank's protocol calls that close a piece of work: the slice runs from the input that
+#: started it (the previous one) to the call.  ``batch_done`` carries its own duration.
+_WORK = {"sync_done": "sync", "evaluated": "eval", "checkpointed": "checkpoint", "group_formed": "form group",
+         "epoch_fn_done": "epoch fn"}
+
+
+def _protocol_slices(call: Call, tid: int, origin: int, last_end: int | None) -> list[dict[str, Any]]:
+    """The timeline slices of one ``Call`` of a rank's protocol log: batches, syncs, evals, checkpoints."""
+    from actorwire.actors.control._rank_record import RECORDED, _args_type
+
+    if call.method not in RECORDED:
+        return []
+    try:
+        args = msgspec.msgpack.decode(call.args, type=_args_type(call.method))
+    except (msgspec.DecodeError, msgspec.ValidationError, RecursionError):
+        return []
+    if call.method == "batch_done":
+        dur = max(0.001, float(args.batch_ms) * 1e3)
+        ts = (call.wall_ns - origin) / 1e3 - dur
+        return [{"ph": "X", "name": "batch", "cat": "rank", "pid": 1, "tid": tid, "ts": max(0.0, ts), "dur": dur,
+                 "args": {"loss": args.loss, "index": call.index}}]
+    name = _WORK.get(call.method)
+    if name is None or last_end is None:
+        return []
+    ts = (last_end - origin) / 1e3
+    dur = max(0.001, (call.wall_ns - last_end) / 1e3)
+    extra = {"error": call.error} if call.error else {}
+    return [{"ph": "X", "name": name, "cat": "rank", "pid": 1, "tid": tid, "ts": max(0.0, ts), "dur": dur,
+             "args": {"index": call.index, **extra}}]
+
+
 def cmd_export(args: argparse.Namespace) -> int:
     trace = perfetto_trace(args.paths, skip_corrupt=args.skip_corrupt)
     pathlib.Path(args.perfetto).write_text(json.dumps(trace))
@@ -457,8 +525,21 @@ def cmd_export(args: argparse.Namespace) -> int:
 def cmd_replay(args: argparse.Namespace) -> int:
     from actorwire.actors.runtime._replay import replay
 
-    report = replay(args.path, actor=args.actor)
-    print(report.summary())
+    if args.state and args.until is None:
+        note("--state prints the actor after message --until N: give --until")
+        return 2
+    report = replay(args.path, actor=args.actor, actor_class=args.actor_class, until=args.until,
+                    stop_before=args.stop_before)
+    for line in report.notes:
+        note(line)
+    if args.json:
+        print(json.dumps({"actor": report.actor, "actor_class": report.actor_class, "messages": report.messages,
+                          "ok": report.ok, "divergences": [dataclasses.asdict(d) for d in report.divergences],
+                          **({"state": report.state} if args.state else {})}))
+    else:
+        print(printable(report.summary()))
+        if args.state:
+            print(json.dumps(report.state, indent=2, sort_keys=True))
     return 0 if report.ok else 1
 
 
@@ -469,9 +550,13 @@ def run_guarded(func: Any, args: argparse.Namespace) -> int:
     """Run a log command; a corrupt or missing log is one clear line, not a traceback."""
     try:
         return int(func(args))
-    except (CorruptRecord, LogFormatError, FileNotFoundError, WhereError, ValueError) as exc:
-        hint = " (use --skip-corrupt to read past it)" if isinstance(exc, CorruptRecord) else ""
-        print(f"actorwire: {exc}{hint}", file=sys.stderr)
+    except (CorruptRecord, LogFormatError, FileNotFoundError, WhereError, ValueError, TypeError) as exc:
+        hint = " (use --skip-corrupt to read past it)" if isinstance(exc, CorruptRecord) and hasattr(
+            args, "skip_corrupt") else ""
+        note(f"{exc}{hint}")
+        return 1
+    except RecursionError:
+        note("a record is nested too deep to show")
         return 1
     except BrokenPipeError:
         return 0
@@ -516,4 +601,12 @@ def add_parsers(sub: Any) -> None:
     p = sub.add_parser("replay", help="re-run a recorded actor and compare what it sends")
     p.add_argument("path", metavar="PATH", help="a recording directory")
     p.add_argument("--actor", metavar="NAME", help="which actor (needed when several were recorded)")
+    p.add_argument("--actor-class", metavar="MODULE:CLASS",
+                   help="build the actor from this class (needed for classes that are not built in: replay "
+                        "never imports what a recording names)")
+    p.add_argument("--until", type=int, metavar="N", help="stop after message N")
+    p.add_argument("--state", action="store_true", help="with --until: print the actor's attributes as JSON")
+    p.add_argument("--break", dest="stop_before", type=int, metavar="N",
+                   help="stop in pdb before message N, with the actor, the message and the context at hand")
+    p.add_argument("--json", action="store_true", help="the report as one JSON object")
     p.set_defaults(func=lambda a: run_guarded(cmd_replay, a))

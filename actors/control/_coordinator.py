@@ -37,7 +37,7 @@ from actorwire.actors.control._ledger import (
     split_slices,
 )
 from actorwire.actors.control._phases import ACCEPTED, Event, Phase, next_phase
-from actorwire.actors.runtime._actor import Actor, handler
+from actorwire.actors.runtime._actor import Actor, EffectsAdapter, effects_name, handler
 from actorwire.actors.runtime._context import Context
 from actorwire.messages import (
     Batch,
@@ -79,6 +79,7 @@ from actorwire.messages import (
     SyncAck,
     SyncNow,
     TimerFired,
+    WriteMeta,
 )
 from actorwire.transport import ActorDead, UnknownActor
 
@@ -893,8 +894,10 @@ class Coordinator(Actor):
             return  # never twice, and never after the run ended (a death during the teardown)
         self.saved = reason
         ctx.log.error("the run cannot go on; saving and shutting down", reason=reason.value, detail=detail)
-        if self.settings.save_stem:
-            self.write_meta({**self._meta(reason, ctx), "save_detail": detail})
+        if self.settings.save_stem:  # a file: the effects adapter writes it (nothing is written in replay)
+            meta = {**self._meta(reason, ctx), "save_detail": detail}
+            ctx.tell(effects_name(ctx.name), WriteMeta(path=f"{self.settings.save_stem}.meta.json",
+                                                        text=json.dumps(meta, indent=2, sort_keys=True) + "\n"))
         message = ShutdownWithSave(reason=reason, detail=detail)
         for r in self._reachable():
             self._tell(ctx, r, message)
@@ -916,8 +919,20 @@ class Coordinator(Actor):
             "wall_time": ctx.wall(),
         }
 
-    def write_meta(self, meta: dict[str, Any]) -> None:
-        """Write ``<save_stem>.meta.json`` (an effect: replay tests may override it)."""
-        path = pathlib.Path(f"{self.settings.save_stem}.meta.json")
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps(meta, indent=2, sort_keys=True) + "\n")
+    def effects(self, name: str) -> Actor | None:
+        return CoordinatorEffects(name) if self.settings.save_stem else None
+
+
+class CoordinatorEffects(EffectsAdapter):
+    """The coordinator's file effects: the save metadata it asks for, written from its owner only."""
+
+    @handler
+    def on_write(self, msg: WriteMeta, ctx: Context) -> None:
+        if not self.obeys(ctx):
+            return
+        try:
+            path = pathlib.Path(msg.path)
+            path.parent.mkdir(parents=True, exist_ok=True)
+            path.write_text(msg.text)
+        except OSError as exc:
+            ctx.log.error("could not write the run's save metadata", path=msg.path, error=str(exc))

@@ -35,6 +35,7 @@ from actorwire.actors import _names
 from actorwire.actors.control import _rank
 from actorwire.actors.control._rank import Effect, Plan, RankProtocol, WorkerError
 from actorwire.actors.control._rank_ops import carry_out
+from actorwire.actors.control._rank_record import RecordedProtocol, recorded
 from actorwire.messages import EpochMetrics, IntentKind, SaveReason, ShutdownWithSave
 from actorwire.transport import ActorDead, SystemClosed, UnknownActor
 from actorwire.transport._errors import InvalidArgument
@@ -98,9 +99,11 @@ class Worker:
         self.checkpoint_fn = checkpoint_fn
         self.epoch_fn = epoch_fn
         self.coordinator_timeout = coordinator_timeout
-        self.protocol = RankProtocol(self.rank, self.world_size, coordinator=coordinator,
-                                     coordinator_timeout=coordinator_timeout, regroup_wait=_SESSION_WAIT_S,
-                                     relay=relay)
+        # Recorded like an actor when the system records (actors/control/_rank_record.py).
+        self.protocol: Any = recorded(RankProtocol(self.rank, self.world_size, coordinator=coordinator,
+                                                   coordinator_timeout=coordinator_timeout,
+                                                   regroup_wait=_SESSION_WAIT_S, relay=relay),
+                                      self.system, _names.worker(self.rank))
         self._snapshot: Any = None
         self.death_dir = death_dir or settings().death_dir or tempfile.gettempdir()
         self.log = get_logger(role="worker", rank=self.rank)
@@ -310,6 +313,8 @@ class Worker:
         self._beating.set()
         if self.comm is not None:
             self.comm.abort()
+        if isinstance(self.protocol, RecordedProtocol):
+            self.protocol.close()
         self.system.shutdown()
 
     def __enter__(self) -> Worker:
@@ -323,6 +328,8 @@ class Worker:
         self.log.error("worker left without finish(); no Exiting sent", death_record=record)
         if self.comm is not None:
             self.comm.abort()
+        if isinstance(self.protocol, RecordedProtocol):
+            self.protocol.close()  # what it did up to the error stays readable
         self.system.shutdown(timeout=0.5, clean=False)  # peers must see a death, not an exit
         if exc_type is None:
             raise SystemExit(1)
@@ -345,14 +352,19 @@ class Worker:
         p = self.protocol
         item = self.inbox.get(timeout=wait) if wait > 0 else self.inbox.poll()
         while item is not None:
-            self._run(p.receive(item.message, time.monotonic()))
+            self._run(self._receive(item))
             item = self.inbox.poll()
         while p.regrouping:  # the training thread waits here, as it would inside the collective
             item = self.inbox.get(timeout=0.2)
             if item is not None:
-                self._run(p.receive(item.message, time.monotonic()))
+                self._run(self._receive(item))
             self._run(p.tick(time.monotonic()))
         self._run(p.tick(time.monotonic()))
+
+    def _receive(self, item: Any) -> list[Effect]:
+        if isinstance(self.protocol, RecordedProtocol):
+            return self.protocol.receive(item.message, time.monotonic(), envelope=item.envelope)  # type: ignore[no-any-return]
+        return self.protocol.receive(item.message, time.monotonic())  # type: ignore[no-any-return]
 
     def _parameters(self) -> list[Any]:
         return list(self.model.parameters()) if self.model is not None else []
@@ -366,10 +378,14 @@ class Worker:
             if more is not None:
                 self._run(more)
             elif isinstance(effect, _rank.Send):
+                target = effect.to or self.coordinator
                 try:
-                    self.inbox.tell(effect.to or self.coordinator, effect.message)
+                    self.inbox.tell(target, effect.message)
                 except (ActorDead, UnknownActor, SystemClosed) as exc:
                     self._run(p.coordinator_gone(str(exc)))
+                else:
+                    if isinstance(p, RecordedProtocol):
+                        p.sent(effect, target, self.system._node.last_seq(self.name))
             elif isinstance(effect, _rank.RunEpochFn):
                 if self.epoch_fn is not None:
                     t0 = now()

@@ -117,6 +117,18 @@ class Actor:
         """A message with no handler arrived.  Default: log it (an ask gets an error reply)."""
         ctx.log.warning("no handler for message", kind=type(message).wire_tag(), sender=ctx.sender)
 
+    def effects(self, name: str) -> Actor | None:
+        """The adapter that carries out the effects of this actor (``name``: the actor's own), or None.
+
+        Handlers stay pure: what touches shared memory, a GPU or a file goes to
+        the adapter as a message, and its outcome comes back as one.  The
+        runtime spawns the adapter beside the actor, in the same process, as
+        ``<name>/io`` (see :func:`effects_name`), before the actor starts, and
+        stops it after the actor stops; it is never recorded.  Replay never
+        calls this: the recorded replies stand in for the effects.
+        """
+        return None
+
     def on_error(self, error: Exception, message: Message, ctx: Context) -> bool:
         """A handler raised.  Return True to keep running (default), False to stop the actor.
 
@@ -177,7 +189,35 @@ def dispatch(actor: Actor, message: Message, ctx: Context) -> bool:
     return True
 
 
-_HOOKS = frozenset({"on_start", "on_stop", "on_error", "on_unhandled", "handler_for", "config"})
+_HOOKS = frozenset({"on_start", "on_stop", "on_error", "on_unhandled", "handler_for", "config", "effects"})
+
+
+def effects_name(owner: str) -> str:
+    """The name of ``owner``'s effects adapter."""
+    return f"{owner}/io"
+
+
+class EffectsAdapter(Actor):
+    """Base of the adapters :meth:`Actor.effects` returns: it obeys its owner only.
+
+    The adapter's handlers run the effects (that is their job); a message from
+    any other sender is refused and logged, so no peer of the bus can make an
+    adapter pack, map or write anything.
+    """
+
+    #: Never recorded: its effects are what replay must not repeat.
+    recorded: ClassVar[bool] = False
+
+    def __init__(self, owner: str) -> None:
+        self.owner = owner
+
+    def obeys(self, ctx: Context) -> bool:
+        """True when the message being handled is from the owner; otherwise logs the refusal."""
+        if ctx.sender == self.owner:
+            return True
+        ctx.log.warning("effects adapter refused a message from another sender", sender=ctx.sender,
+                        owner=self.owner)
+        return False
 
 
 def _defined_here(cls: type, attr: str) -> bool:

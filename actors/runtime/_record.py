@@ -1,6 +1,6 @@
 """Recording taps: everything an actor receives, sends, reads from the clock and draws at random.
 
-Switched on per system (``ActorSystem(record=DIR)``) or by the environment
+Switched on per system (``ActorSystem(record=DIR)``, written to ``DIR/<run id>/``) or by the environment
 (``ACTORWIRE_RECORD=DIR``, optionally ``ACTORWIRE_RECORD_ACTORS="coordinator,worker/*"``),
 with no change to the actors.  Each recorded actor writes its own log (see
 :mod:`actorwire.transport.recording`); the context that feeds the recorder is
@@ -10,6 +10,7 @@ with no change to the actors.  Each recorded actor writes its own log (see
 from __future__ import annotations
 
 import fnmatch
+import pathlib
 import time
 from typing import Any
 
@@ -22,6 +23,7 @@ from actorwire.transport.recording import (
     In,
     LogHeader,
     SegmentWriter,
+    actor_dir_name,
     row,
 )
 
@@ -46,6 +48,11 @@ class RecordSettings(msgspec.Struct, frozen=True):
         return any(fnmatch.fnmatchcase(name, p) for p in self.actors)
 
 
+def run_directory(directory: str | pathlib.Path, run_id: str) -> pathlib.Path:
+    """Where run ``run_id`` recorded into ``directory`` is written: ``directory/<run id>/``."""
+    return pathlib.Path(directory) / actor_dir_name(run_id)
+
+
 def actor_class_path(actor: object) -> str:
     cls = type(actor)
     return f"{cls.__module__}:{cls.__qualname__}"
@@ -63,7 +70,9 @@ class Recorder:
             config = {}
         header = LogHeader(run_id=run_id, actor=name, actor_class=actor_class_path(actor), config=config,
                            rank=rank, seed=seed, created_wall_ns=time.time_ns())
-        self.writer = SegmentWriter(settings.directory, header, max_segment_bytes=settings.max_segment_bytes)
+        # One directory per run: a second run recorded into the same DIR sits beside the first.
+        self.writer = SegmentWriter(run_directory(settings.directory, run_id), header,
+                                    max_segment_bytes=settings.max_segment_bytes)
         self.index = 0
         self._flushed = time.monotonic()
 

@@ -9,6 +9,14 @@ message index, its kind, and a field-by-field diff.
 
     report = replay("runs/7f3a", actor="coordinator")
     assert report.ok, report.summary()
+
+Replay imports nothing a recording names.  A header's ``actor_class`` is looked
+up in :func:`built_in` (the package's own actors, imported from this file);
+any other class is built only when the caller names it (``actor_class=`` here,
+``--actor-class MODULE:CLASS`` on the command line), or by ``actor_factory``.
+The recorded config is passed to that class as keyword arguments and nothing
+else: handlers with effects (shared memory, GPU, files) hand them to an
+adapter that replay never builds (see ``Actor.effects``).
 """
 
 from __future__ import annotations
@@ -22,9 +30,8 @@ import msgspec
 
 from actorwire.actors.runtime._actor import Actor, dispatch
 from actorwire.actors.runtime._context import ReplayContext, ReplayExhausted, Sent
-from actorwire.actors.runtime._launch import ActorSpec, load_actor
 from actorwire.messages import Message
-from actorwire.transport._errors import InvalidArgument, NoSuchFile
+from actorwire.transport._errors import InvalidArgument, NoSuchFile, WrongType
 from actorwire.transport.recording import (
     Begin,
     Clock,
@@ -38,6 +45,58 @@ from actorwire.transport.recording import (
     actor_dir_name,
     actor_logs,
 )
+
+
+class UntrustedClass(InvalidArgument):
+    """The recording names an actor class that is not built in, and the caller did not name one."""
+
+
+def built_in() -> dict[str, type[Actor]]:
+    """Recorded ``actor_class`` -> the class replay builds for it: the package's own actors, imported
+    from here by fixed names, never from what a file says."""
+    from actorwire.actors.bench import _bus
+    from actorwire.actors.control import Coordinator
+    from actorwire.actors.control._relay import Relay
+    from actorwire.actors.weights import ModelConsumer, WeightConsumer, WeightProducer
+
+    classes: list[type[Actor]] = [Coordinator, Relay, WeightProducer, WeightConsumer, ModelConsumer,
+                                  _bus.Sink, _bus.Flooder, _bus.Echo]
+    return {f"{cls.__module__}:{cls.__qualname__}": cls for cls in classes}
+
+
+def _named_class(target: str) -> type[Actor]:
+    """Import the class the *caller* named (never one a file named)."""
+    import importlib
+
+    module_name, sep, qualname = target.partition(":")
+    if not sep or not module_name or not qualname:
+        raise InvalidArgument(f"--actor-class must look like 'package.module:Class', got {target!r}")
+    try:
+        obj: Any = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise InvalidArgument(f"--actor-class {target}: {exc}") from None
+    for part in qualname.split("."):
+        obj = getattr(obj, part, None)
+    if not (isinstance(obj, type) and issubclass(obj, Actor)):
+        raise WrongType(f"--actor-class {target} is not an Actor subclass")
+    return obj
+
+
+def build_actor(header: LogHeader, actor_class: str | None = None) -> Actor:
+    """The actor a recording's header describes, built from the table or the class the caller named."""
+    if actor_class is not None:
+        cls = _named_class(actor_class)
+    else:
+        found = built_in().get(header.actor_class)
+        if found is None:
+            raise UntrustedClass(
+                f"{header.actor} was recorded from class {header.actor_class!r}, which is not built in; replay "
+                f"imports only what you name: pass --actor-class {header.actor_class} if you trust that code")
+        cls = found
+    try:
+        return cls(**header.config)
+    except (TypeError, ValueError, msgspec.ValidationError) as exc:
+        raise InvalidArgument(f"the recorded config does not build {header.actor_class}: {exc}") from None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -63,6 +122,10 @@ class ReplayReport:
     actor_class: str
     messages: int
     divergences: list[Divergence]
+    #: Torn tails and other things the reader noticed, one line each.
+    notes: list[str] = dataclasses.field(default_factory=list)
+    #: With ``until=``: the actor after that message (its attributes, JSON-able).
+    state: dict[str, Any] | None = None
 
     @property
     def ok(self) -> bool:
@@ -136,8 +199,9 @@ def _compare(index: int, kind: str, expected: list[Any], got: list[Any]) -> Dive
     return None
 
 
-def load_records(path: str | pathlib.Path, actor: str | None = None) -> tuple[LogHeader, list[Any]]:
-    """The header and every record of one actor's log, in order."""
+def load_records(path: str | pathlib.Path, actor: str | None = None,
+                 notes: list[str] | None = None) -> tuple[LogHeader, list[Any]]:
+    """The header and every record of one actor's log, in order (torn tails appended to ``notes``)."""
     logs = actor_logs([path])
     if actor is not None:
         matches = {d: s for d, s in logs.items() if d.name == actor_dir_name(actor)}
@@ -155,20 +219,58 @@ def load_records(path: str | pathlib.Path, actor: str | None = None) -> tuple[Lo
         segment = Segment(seg_path)
         header = header or segment.header
         records += [r for _, r in segment.records()]
+        torn = segment.torn_note()
+        if torn and notes is not None:
+            notes.append(torn)
+        segment.close()
     assert header is not None
     return header, records
+
+
+def actor_state(actor: Actor) -> dict[str, Any]:
+    """An actor's attributes as JSON-able values (anything else as its ``repr``)."""
+    return {key: msgspec.to_builtins(value, str_keys=True, enc_hook=repr)
+            for key, value in sorted(vars(actor).items()) if not key.startswith("_actorwire")}
+
+
+def _debug(actor: Actor, message: Message, ctx: ReplayContext, index: int) -> None:
+    """Stop in pdb before message ``index`` is handled: ``actor``, ``message`` and ``ctx`` are at hand."""
+    import pdb
+
+    print(f"replay: stopped before message {index} (`{type(message).wire_tag()}` from "
+          f"{ctx.envelope.sender if ctx.envelope else '?'}); `actor`, `message` and `ctx` are here; "
+          f"`c` handles it and goes on")
+    pdb.Pdb().set_trace()
 
 
 def replay(
     log: str | pathlib.Path,
     *,
     actor: str | None = None,
+    actor_class: str | None = None,
     actor_factory: Callable[[LogHeader], Actor] | None = None,
+    until: int | None = None,
+    stop_before: int | None = None,
 ) -> ReplayReport:
-    """Re-run a recorded actor against its log; see the module doc."""
-    header, records = load_records(log, actor)
-    instance = actor_factory(header) if actor_factory else load_actor(
-        ActorSpec(header.actor, header.actor_class, header.config))
+    """Re-run a recorded actor against its log; see the module doc.
+
+    ``until=N`` stops after message ``N`` and fills ``report.state``; ``stop_before=N`` enters pdb
+    before message ``N`` is handled.
+    """
+    notes: list[str] = []
+    header, records = load_records(log, actor, notes)
+    from actorwire.actors.control._rank_record import PROTOCOL_CLASS, replay_protocol
+
+    if header.actor_class == PROTOCOL_CLASS and actor_factory is None and actor_class is None:
+        if until is not None or stop_before is not None:
+            raise InvalidArgument(f"{header.actor} is a rank's protocol log: --until and --break step actors only")
+        try:
+            count, found = replay_protocol(header, records)
+        except ValueError as exc:
+            raise InvalidArgument(str(exc)) from None
+        return ReplayReport(header.actor, header.actor_class, count,
+                            [Divergence(i, kind, want, got, []) for i, kind, want, got in found], notes)
+    instance = actor_factory(header) if actor_factory else build_actor(header, actor_class)
     draws = [r for r in records if isinstance(r, Draw)]
     ctx = ReplayContext(header.actor, draws)
     by_index: dict[int, dict[str, list[Any]]] = {}
@@ -195,7 +297,7 @@ def replay(
             else:
                 slot["out"].append((record.op, record.key, record.delay, record.periodic))
 
-    report = ReplayReport(header.actor, header.actor_class, 0, [])
+    report = ReplayReport(header.actor, header.actor_class, 0, [], notes)
 
     def run(index: int, kind: str, call: Callable[[], None]) -> bool:
         slot = by_index.get(index, {"out": [], "clock": [], "names": []})
@@ -223,17 +325,26 @@ def replay(
             return False
         return True
 
+    if until is not None and until > (inbox[-1].index if inbox else 0):
+        raise InvalidArgument(f"--until {until}: the recording of {header.actor} has messages 0 to "
+                              f"{inbox[-1].index if inbox else 0}")
     if not run(0, "on_start", lambda: instance.on_start(ctx)):
         return report
     for record in inbox:
+        if until is not None and record.index > until:
+            break
         ctx.envelope = record.envelope
         message = record.message
 
-        def call(message: Message = message) -> None:
+        def call(message: Message = message, index: int = record.index) -> None:
+            if stop_before == index:
+                _debug(instance, message, ctx, index)
             dispatch(instance, message, ctx)
 
         report.messages += 1
         if not run(record.index, type(message).wire_tag(), call):
             break
         ctx.envelope = None
+    if until is not None:
+        report.state = actor_state(instance)
     return report

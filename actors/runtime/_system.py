@@ -16,7 +16,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any, TypeVar, overload
 
-from actorwire.actors.runtime._actor import Actor, dispatch
+from actorwire.actors.runtime._actor import Actor, dispatch, effects_name
 from actorwire.actors.runtime._context import LiveContext, RecordingContext
 from actorwire.actors.runtime._inbox import Inbox
 from actorwire.actors.runtime._launch import ActorSpec, ChildProcess, set_process_title
@@ -127,7 +127,7 @@ class _Cell:
         self.log = _ActorLog(get_logger(actor=name, rank=system.rank, cls=type(actor).__qualname__))
         self.recorder: Recorder | None = None
         settings = system._record
-        if settings is not None and settings.wants(name):
+        if settings is not None and settings.wants(name) and getattr(actor, "recorded", True):
             self.recorder = Recorder(settings, run_id=system.run_id, name=name, actor=actor, rank=system.rank,
                                      seed=seed)
             self.ctx: LiveContext = RecordingContext(self, seed, self.recorder)
@@ -135,6 +135,8 @@ class _Cell:
             self.ctx = LiveContext(self, seed)
         self.log._ctx = self.ctx
         self.stopping = False
+        #: The name of the actor's effects adapter, when it has one.
+        self.adapter: str | None = None
         self.thread = threading.Thread(target=self._run, name=f"actor {name}", daemon=True)
         #: Held while a handler runs, by the actor's thread or (``never_blocks``) the I/O thread.
         self._turn = threading.Lock()
@@ -327,6 +329,12 @@ class _Cell:
         if tells:
             self.log.error("actor stopped with unhandled messages", count=tells)
         system._cells.pop(self.name, None)
+        adapter = system._cells.get(self.adapter) if self.adapter is not None else None
+        if adapter is not None:  # after everything the actor told it (one mailbox: FIFO)
+            try:
+                adapter.mailbox.put((Envelope(sender=self.name, target=adapter.name, seq=0), _STOP, None), None)
+            except SystemClosed:
+                pass
 
 
 class ActorSystem:
@@ -408,7 +416,11 @@ class ActorSystem:
         if not isinstance(actor, Actor):
             raise WrongType(f"spawn() takes an Actor instance, got {type(actor).__name__}")
         self._check_open()
+        adapter = actor.effects(name)
+        if adapter is not None:  # beside the actor, before it starts: its on_start may use it
+            self.spawn(adapter, effects_name(name))
         cell = _Cell(self, name, actor, _stable_int(f"{self.seed}:{name}"))
+        cell.adapter = effects_name(name) if adapter is not None else None
         self._node.add_local(name, cell.deliver, deliver_many=cell.deliver_many)
         self._cells[name] = cell
         cell.thread.start()

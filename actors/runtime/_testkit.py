@@ -19,7 +19,7 @@ import itertools
 from collections.abc import Iterable
 from typing import Any
 
-from actorwire.actors.runtime._actor import Actor, dispatch
+from actorwire.actors.runtime._actor import Actor, dispatch, effects_name
 from actorwire.actors.runtime._context import FakeContext, Sent
 from actorwire.messages import (
     AskFailed,
@@ -37,11 +37,26 @@ class ActorHarness:
     """One actor, a :class:`FakeContext` and a virtual clock."""
 
     def __init__(self, actor: Actor, *, name: str = "actor", now: float = 0.0, seed: int = 0,
-                 peers: Iterable[str] = ()) -> None:
+                 peers: Iterable[str] = (), effects: bool = True) -> None:
+        """``effects=True`` (the default) runs the actor's effects adapter (:meth:`Actor.effects`)
+        inline, as the live system would beside it: what the actor tells ``<name>/io`` is handled
+        at once and the adapter's replies are delivered back; that traffic is kept in
+        :attr:`effects_log` and left out of what the inputs return.  ``effects=False`` leaves the
+        actor's requests in the outbox, for a test to answer by hand."""
         self.actor = actor
         self.ctx = FakeContext(name, now=now, seed=seed, names=peers)
         self._seq = itertools.count(1)
         self.started = False
+        io_name = effects_name(name)
+        declared = actor.effects(name)  # built, not started: an adapter's work begins in on_start
+        if declared is not None:
+            self.ctx.known.add(io_name)
+        self.adapter: Actor | None = declared if effects else None
+        self._io: ActorHarness | None = None
+        if self.adapter is not None:
+            self._io = ActorHarness(self.adapter, name=io_name, now=now, seed=seed, peers=[name], effects=False)
+        #: ``(request, reply)`` pairs exchanged with the adapter, in order.
+        self.effects_log: list[tuple[Sent, Sent]] = []
 
     # -- inputs -------------------------------------------------------------
 
@@ -49,10 +64,19 @@ class ActorHarness:
         self.ctx.known.update(names)
 
     def start(self) -> list[Sent]:
+        if self._io is not None and not self._io.started:
+            self._io.start()
         mark = len(self.ctx.outbox)
         self.actor.on_start(self.ctx)
         self.started = True
-        return self.ctx.outbox[mark:]
+        return self._settle(mark)
+
+    def close(self) -> None:
+        """Run ``on_stop`` of the actor and of its adapter (which frees what the effects made)."""
+        if self.started:
+            self.actor.on_stop(self.ctx)
+        if self._io is not None and self._io.started:
+            self._io.actor.on_stop(self._io.ctx)
 
     def deliver(self, message: Message, *, sender: str = "peer", correlation_id: int = 0,
                 is_reply: bool = False) -> list[Sent]:
@@ -154,4 +178,22 @@ class ActorHarness:
             dispatch(self.actor, message, self.ctx)
         finally:
             self.ctx.envelope = None
+        return self._settle(mark)
+
+    def _settle(self, mark: int) -> list[Sent]:
+        """Hand what the actor told its adapter over and deliver the replies, until none is left."""
+        io = self._io
+        if io is not None:
+            i = mark
+            while i < len(self.ctx.outbox):
+                sent = self.ctx.outbox[i]
+                if sent.target != io.ctx.name:
+                    i += 1
+                    continue
+                del self.ctx.outbox[i]
+                for reply in io.deliver(sent.message, sender=self.ctx.name):
+                    self.effects_log.append((sent, reply))
+                    if reply.target == self.ctx.name:
+                        self.deliver(reply.message, sender=io.ctx.name)  # settles what it sends itself
+                io.take()
         return self.ctx.outbox[mark:]

@@ -9,9 +9,11 @@ another plan is refused).  Per sync, on ``BeginSync`` from the trainer:
    with ``PullRequest``, each carrying the consumer's own issue index
    ``seq``; pull ``seq`` is issued only once pull ``seq - K`` has drained,
    since both use slot ``seq % K`` on the producer;
-3. each ``PullReply`` is copied into the model's tensors (after which the
-   slot may be reused); when the last chunk of a group has drained,
-   ``FreeGroup`` goes to every owner of the group, exactly once;
+3. each ``PullReply`` is handed to the consumer's effects adapter
+   (``WritePull`` to ``<name>/io``, see :mod:`._effects`), which copies it
+   into the model's tensors; once ``PullWritten`` is back the slot may be
+   reused, and when the last chunk of a group has drained, ``FreeGroup``
+   goes to every owner of the group, exactly once;
 4. after the last free, ``EndSync`` tells the trainer it is done.  Its
    frees were sent before, from this actor, so they reach each producer
    before anything it sends later: no free of this sync lands in the next.
@@ -26,20 +28,24 @@ from typing import Any
 
 import msgspec
 
-from actorwire.actors.runtime._actor import Actor, handler
+from actorwire.actors.runtime._actor import Actor, effects_name, handler
 from actorwire.actors.runtime._context import Context
-from actorwire.actors.weights._plan import Chunk, WeightPlan, state_digest
+from actorwire.actors.weights._plan import Chunk, WeightPlan
 from actorwire.messages import (
     BeginSync,
+    DigestState,
     Down,
     EndSync,
     FreeGroup,
     PullReply,
     PullRequest,
+    PullWritten,
     ReserveServeBuffer,
     ServeBufferReserved,
+    StateDigest,
     SyncFailed,
     TimerFired,
+    WritePull,
 )
 from actorwire.transport._errors import InvalidArgument
 
@@ -64,7 +70,6 @@ class WeightConsumer(Actor):
         self.reserved: set[int] = set()
         self.refused: str | None = None
         self.waiting: list[tuple[BeginSync, str]] = []
-        self.importer: Any = None
         # Per sync.
         self.sync_id = 0
         self.active = False
@@ -72,9 +77,13 @@ class WeightConsumer(Actor):
         self.next_chunk = 0
         self.seq = 0  # issue index within the sync (consumers sharing a ring issue the same sequence)
         self.inflight: dict[int, Chunk] = {}
+        #: Pulls handed to the adapter and not written yet: seq -> its chunk.
+        self.writing: dict[int, Chunk] = {}
         self.remaining: dict[int, int] = {}
         self.syncs_done = 0
         self.bytes_pulled = 0
+        #: Ask the adapter for the model's digest at the end of each sync (a model consumer does).
+        self.digest_state = False
 
     def config(self) -> dict[str, Any]:
         return {"consumer_id": self.consumer_id, "plan": self.plan, "wanted": self.wanted}
@@ -83,10 +92,13 @@ class WeightConsumer(Actor):
     def ready(self) -> bool:
         return self.reserved >= set(self.producer_ranks)
 
-    def on_start(self, ctx: Context) -> None:
-        from actorwire.transport.planes._serve import TensorImporter
+    def effects(self, name: str) -> Actor | None:
+        from actorwire.actors.weights._effects import ConsumerEffects
 
-        self.importer = TensorImporter()
+        return ConsumerEffects(name, tensors=self.tensors)
+
+    def on_start(self, ctx: Context) -> None:
+        self.io = effects_name(ctx.name)
         self.asked: set[int] = set()
         self._reserve(ctx)
 
@@ -114,10 +126,6 @@ class WeightConsumer(Actor):
     def on_tick(self, msg: TimerFired, ctx: Context) -> None:
         if msg.key == "reserve":
             self._reserve(ctx)
-
-    def on_stop(self, ctx: Context) -> None:
-        if self.importer is not None:
-            self.importer.drop()
 
     @handler
     def on_reserved(self, msg: ServeBufferReserved, ctx: Context) -> None:
@@ -189,11 +197,24 @@ class WeightConsumer(Actor):
         if missing:
             self._abort(f"consumer {self.consumer_id}: pull {msg.seq} came back without {missing}", ctx)
             return
-        try:
-            self._write(msg, ctx)
-        except Exception as exc:
-            self._abort(f"consumer {self.consumer_id} could not write pull {msg.seq}: {exc}", ctx)
+        if msg.seq in self.writing:
+            self._abort(f"consumer {self.consumer_id}: a second reply for pull {msg.seq}", ctx)
             return
+        self.writing[msg.seq] = chunk
+        ctx.tell(self.io, WritePull(seq=msg.seq, tensors=msg.tensors))
+
+    @handler
+    def on_written(self, msg: PullWritten, ctx: Context) -> None:
+        if ctx.sender != self.io:
+            ctx.log.warning("weights.forged_effect", kind="pull_written", sender=ctx.sender)
+            return
+        chunk = self.writing.pop(msg.seq, None)
+        if chunk is None or not self.active:
+            return  # the sync ended while the copy ran
+        if msg.error is not None:
+            self._abort(f"consumer {self.consumer_id} could not write pull {msg.seq}: {msg.error}", ctx)
+            return
+        self.bytes_pulled += msg.nbytes
         del self.inflight[msg.seq]
         self.remaining[chunk.group] -= 1
         if self.remaining[chunk.group] == 0:
@@ -201,32 +222,25 @@ class WeightConsumer(Actor):
         self._issue(ctx)
         self._maybe_done(ctx)
 
-    def _write(self, msg: PullReply, ctx: Context) -> None:
-        cuda = False
-        for name, ref in msg.tensors.items():
-            view = self.importer.open(ref)
-            self.bytes_pulled += ref.nbytes
-            if self.tensors is None:
-                continue
-            dst = self.tensors.get(name)
-            if dst is None:
-                raise InvalidArgument(f"{name} is not a tensor of this consumer's model")
-            if list(dst.shape) != list(view.shape) or dst.dtype != view.dtype:
-                raise InvalidArgument(f"{name}: got {view.dtype} {list(view.shape)}, the model has {dst.dtype} "
-                                 f"{list(dst.shape)}")
-            dst.copy_(view, non_blocking=view.is_cuda)
-            cuda = cuda or view.is_cuda or dst.is_cuda
-        if cuda:
-            import torch
-
-            torch.cuda.current_stream().synchronize()  # the slot is reused once this returns
-
     def _maybe_done(self, ctx: Context) -> None:
         if self.active and self.next_chunk == len(self.chunks) and not self.inflight:
             self.active = False
-            self.syncs_done += 1
-            digest = self.synced(self.sync_id, ctx)
-            ctx.tell(self.reply_to, EndSync(sync_id=self.sync_id, digest=digest))
+            if self.digest_state:
+                ctx.tell(self.io, DigestState(sync_id=self.sync_id))
+                return
+            self._done(self.sync_id, self.synced(self.sync_id, ctx), ctx)
+
+    def _done(self, sync_id: int, digest: str | None, ctx: Context) -> None:
+        self.syncs_done += 1
+        ctx.tell(self.reply_to, EndSync(sync_id=sync_id, digest=digest))
+
+    @handler
+    def on_state_digest(self, msg: StateDigest, ctx: Context) -> None:
+        if ctx.sender != self.io:
+            ctx.log.warning("weights.forged_effect", kind="state_digest", sender=ctx.sender)
+            return
+        if msg.sync_id == self.sync_id and not self.active:
+            self._done(msg.sync_id, msg.digest, ctx)
 
     def synced(self, sync_id: int, ctx: Context) -> str | None:
         """Called once every weight of sync ``sync_id`` is written, before the trainer hears of it.
@@ -242,6 +256,7 @@ class WeightConsumer(Actor):
             return
         self.active = False
         self.inflight = {}
+        self.writing = {}
         ctx.log.error("weights.consumer_failed", sync_id=self.sync_id, reason=reason)
         failure = SyncFailed(sync_id=self.sync_id, reason=reason)
         for rank in self.producer_ranks:
@@ -272,28 +287,26 @@ class ModelConsumer(WeightConsumer):
 
     Weights are written in place into the model's state-dict tensors; after
     each sync the digest of the whole state travels back to the trainer, so
-    the trainer can check the copy is bit-exact.
+    the trainer can check the copy is bit-exact.  The model lives in the
+    effects adapter (:class:`~._effects.ConsumerEffects`): the factory is
+    called there, never by the actor's handlers, so a replay builds no model
+    and runs no factory.
     """
 
     def __init__(self, consumer_id: int, plan: WeightPlan, *, factory: str, factory_kwargs: dict[str, Any] | None = None,
                  device: str = "cpu", wanted: list[str] | None = None) -> None:
         super().__init__(consumer_id, plan, wanted=wanted)
+        module, _, attr = factory.partition(":")
+        if not module or not attr:
+            raise InvalidArgument(f"factory must be 'module:function', not {factory!r}")
         self.factory, self.factory_kwargs, self.device = factory, dict(factory_kwargs or {}), device
-        self.model: Any = None
+        self.digest_state = True
 
     def config(self) -> dict[str, Any]:
         return {**super().config(), "factory": self.factory, "factory_kwargs": self.factory_kwargs,
                 "device": self.device}
 
-    def on_start(self, ctx: Context) -> None:
-        import importlib
+    def effects(self, name: str) -> Actor | None:
+        from actorwire.actors.weights._effects import ConsumerEffects
 
-        module, _, attr = self.factory.partition(":")
-        if not attr:
-            raise InvalidArgument(f"factory must be 'module:function', not {self.factory!r}")
-        self.model = getattr(importlib.import_module(module), attr)(**self.factory_kwargs).to(self.device)
-        self.tensors = dict(self.model.state_dict())
-        super().on_start(ctx)
-
-    def synced(self, sync_id: int, ctx: Context) -> str | None:
-        return state_digest(self.tensors or {})
+        return ConsumerEffects(name, factory=self.factory, factory_kwargs=self.factory_kwargs, device=self.device)

@@ -12,8 +12,9 @@ Per sync (publish -> serve -> free_group -> release, each step a message):
    group every live consumer already freed is released at once.
 3. ``PullRequest(seq, names)`` from a consumer: names this rank does not
    serve fail the sync at once (naming them); otherwise, once every name is
-   published, they are packed into the consumer's serve slot ``seq % K`` and
-   ``PullReply`` points at them.
+   published, the producer's effects adapter packs them into the consumer's
+   serve slot ``seq % K`` (``PackPull`` -> ``PullPacked``, see
+   :mod:`._effects`) and ``PullReply`` points at them.
 4. ``FreeGroup`` counts distinct live consumers; at the live count the group
    is released: ``GroupsFreed`` goes to the trainer thread, the credit for its
    gather loop and the only channel for it.
@@ -29,12 +30,10 @@ free.
 
 from __future__ import annotations
 
-from typing import Any
-
 import msgspec
 
 from actorwire.actors import _names
-from actorwire.actors.runtime._actor import Actor, handler
+from actorwire.actors.runtime._actor import Actor, effects_name, handler
 from actorwire.actors.runtime._context import Context
 from actorwire.actors.weights._plan import WeightPlan
 from actorwire.messages import (
@@ -44,10 +43,14 @@ from actorwire.messages import (
     FreeGroup,
     GroupsFreed,
     Message,
+    PackPull,
     PublishGroup,
+    PullPacked,
     PullReply,
     PullRequest,
+    ReserveRing,
     ReserveServeBuffer,
+    RingReserved,
     ServeBufferReserved,
     SyncFailed,
     TensorRef,
@@ -55,7 +58,6 @@ from actorwire.messages import (
 )
 from actorwire.transport._errors import InvalidArgument
 from actorwire.transport._settings import settings
-from actorwire.transport.planes import _local
 
 DEFAULT_STALL_TIMEOUT = 300.0
 
@@ -86,7 +88,14 @@ class WeightProducer(Actor):
         self.served = plan.served_names(rank)
         self.owned = set(plan.owned_groups(rank))
         self.group_of = plan.group_of()
-        self.ring: Any = None
+        #: Serve ring -> its slot size, as the adapter reported it.
+        self.slot_nbytes: dict[int, int] = {}
+        #: Serve ring -> [reservations on their way to the adapter, consumers to answer].
+        self.reserving: dict[int, tuple[list[int], list[tuple[int, str]]]] = {}
+        #: (ring, seq) -> (sync, the sharers to answer) while the adapter packs it.
+        self.packing: dict[tuple[int, int], tuple[int, dict[int, tuple[PullRequest, str]]]] = {}
+        #: Group -> packs in flight that read it (it is not released before they are done).
+        self.packing_groups: dict[int, int] = {}
         # Per sync.
         self.sync_id = 0
         self.active = False
@@ -107,15 +116,20 @@ class WeightProducer(Actor):
 
     # -- lifecycle ---------------------------------------------------------------------------
 
-    def on_start(self, ctx: Context) -> None:
-        from actorwire.transport.planes._serve import ServeRing
+    def effects(self, name: str) -> Actor | None:
+        from actorwire.actors.weights._effects import ProducerEffects
 
-        self.ring = ServeRing(self.plane, device=self.device, digests=self.digests)
+        return ProducerEffects(name, plane=self.plane, device=self.device, digests=self.digests)
+
+    def on_start(self, ctx: Context) -> None:
+        self.io = effects_name(ctx.name)
         ctx.start_timer("stall", min(5.0, self.stall_timeout / 4), periodic=True)
 
-    def on_stop(self, ctx: Context) -> None:
-        if self.ring is not None:
-            self.ring.close()
+    def _from_io(self, kind: str, ctx: Context) -> bool:
+        if ctx.sender == self.io:
+            return True
+        ctx.log.warning("weights.forged_effect", kind=kind, sender=ctx.sender)
+        return False
 
     # -- consumers' init ---------------------------------------------------------------------
 
@@ -138,11 +152,40 @@ class WeightProducer(Actor):
             ctx.log.error("weights.shared_plan_mismatch", consumer=msg.consumer_id, reason=reason)
             ctx.tell(sender, SyncFailed(sync_id=0, reason=reason))
             return
-        if first is None or first[0] == msg.consumer_id or self.ring.slot_bytes(key) < msg.nbytes:
-            self.ring.reserve(key, self.plan.slots, max(msg.nbytes, 1))
+        pending = self.reserving.get(key)
+        if first is None or first[0] == msg.consumer_id or self.slot_nbytes.get(key, 0) < msg.nbytes:
             self.ring_owner[key] = (msg.consumer_id, digest)
-        ctx.tell(sender, ServeBufferReserved(consumer_id=msg.consumer_id, slots=self.plan.slots,
-                                             slot_nbytes=self.ring.slot_bytes(key)))
+            if pending is None:
+                self.reserving[key] = pending = ([0], [])
+            pending[0][0] += 1
+            pending[1].append((msg.consumer_id, sender))
+            ctx.tell(self.io, ReserveRing(ring=key, slots=self.plan.slots, nbytes=max(msg.nbytes, 1)))
+        elif pending is not None:  # the ring is being (re)allocated: answer with its final size
+            pending[1].append((msg.consumer_id, sender))
+        else:
+            ctx.tell(sender, ServeBufferReserved(consumer_id=msg.consumer_id, slots=self.plan.slots,
+                                                 slot_nbytes=self.slot_nbytes[key]))
+
+    @handler
+    def on_ring_reserved(self, msg: RingReserved, ctx: Context) -> None:
+        if not self._from_io("ring_reserved", ctx):
+            return
+        pending = self.reserving.get(msg.ring)
+        if pending is None:
+            return
+        pending[0][0] -= 1
+        if msg.error is None:
+            self.slot_nbytes[msg.ring] = msg.slot_nbytes
+        if pending[0][0] > 0 and msg.error is None:
+            return  # a larger reservation is still on its way
+        del self.reserving[msg.ring]
+        for cid, sender in pending[1]:
+            if msg.error is not None:
+                ctx.tell(sender, SyncFailed(sync_id=0, reason=(
+                    f"producer rank {self.rank} could not reserve serve ring {msg.ring}: {msg.error}")))
+            else:
+                ctx.tell(sender, ServeBufferReserved(consumer_id=cid, slots=self.plan.slots,
+                                                     slot_nbytes=self.slot_nbytes[msg.ring]))
 
     # -- the sync ----------------------------------------------------------------------------
 
@@ -171,6 +214,7 @@ class WeightProducer(Actor):
         for cid in self.live:
             ctx.unwatch(consumer_name(self.prefix, cid))
         self.sync_id, self.active, self.failed = msg.sync_id, True, None
+        self.packing, self.packing_groups = {}, {}
         self.live = set(msg.live_consumer_ids)
         self.reply_to = ctx.sender or ""
         self.published, self.frees, self.released, self.pending = {}, {}, set(), []
@@ -247,17 +291,41 @@ class WeightProducer(Actor):
             self._progress(ctx)
             return  # the last sharer to arrive packs, once, for all of them
         del self.rendezvous[(key, msg.seq)]
-        try:
-            views = {n: _local.get(self.published[self.group_of[n]][n], n) for n in msg.names}
-            refs = self.ring.pack(key, msg.seq, views)
-        except Exception as exc:  # a pack failure fails the sync (every sharer), never a half-written slot
+        self.packing[(key, msg.seq)] = (self.sync_id, waiting)
+        for g in groups:  # not released while the adapter reads it
+            self.packing_groups[g] = self.packing_groups.get(g, 0) + 1
+        self._progress(ctx)
+        ctx.tell(self.io, PackPull(ring=key, seq=msg.seq,
+                                   tensors={n: self.published[self.group_of[n]][n] for n in msg.names}))
+
+    @handler
+    def on_packed(self, msg: PullPacked, ctx: Context) -> None:
+        if not self._from_io("pull_packed", ctx):
+            return
+        entry = self.packing.pop((msg.ring, msg.seq), None)
+        if entry is None:
+            return
+        sync_id, waiting = entry
+        request = next(iter(waiting.values()))[0]
+        groups = sorted({self.group_of[n] for n in request.names})
+        if sync_id != self.sync_id:
+            return  # an older sync's pack (the counts were reset at this one's begin)
+        for g in groups:
+            self.packing_groups[g] -= 1
+        if not self.active or self.failed is not None:
+            return  # the sync ended while the adapter packed
+        if msg.error is not None:  # a pack failure fails the sync (every sharer), never a half-written slot
+            for g in groups:
+                self._maybe_release(g, ctx)
             self._fail(f"producer rank {self.rank} could not serve pull {msg.seq} of consumer(s) "
-                       f"{sorted(waiting)}: {exc}", ctx)
+                       f"{sorted(waiting)}: {msg.error}", ctx)
             return
         self.served_pulls += 1
         self._progress(ctx)
         for cid, (_, to) in sorted(waiting.items()):
-            ctx.tell(to, PullReply(sync_id=self.sync_id, consumer_id=cid, seq=msg.seq, tensors=refs))
+            ctx.tell(to, PullReply(sync_id=sync_id, consumer_id=cid, seq=msg.seq, tensors=msg.tensors))
+        for g in groups:
+            self._maybe_release(g, ctx)
 
     @handler
     def on_free(self, msg: FreeGroup, ctx: Context) -> None:
@@ -282,7 +350,7 @@ class WeightProducer(Actor):
         self._maybe_release(msg.group_idx, ctx)
 
     def _maybe_release(self, group: int, ctx: Context) -> None:
-        if (group in self.published and group not in self.released
+        if (group in self.published and group not in self.released and not self.packing_groups.get(group)
                 and len(self.frees.get(group, ())) >= len(self.live)):
             self.released.add(group)
             del self.published[group]

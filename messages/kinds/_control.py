@@ -173,6 +173,17 @@ class JoinRejected(Message, frozen=True, tag="join_rejected"):
     reason: str
 
 
+class WriteMeta(Message, frozen=True, tag="write_meta"):
+    """Coordinator -> its effects adapter (``coordinator/io``): write ``text`` to ``path``.
+
+    The run's save metadata (``<save_stem>.meta.json``) is written there, not in a handler, so
+    a replay of the coordinator writes no file; the adapter takes it from its owner only.
+    """
+
+    path: str
+    text: str
+
+
 ControlMsg = Union[
     StartEpoch,
     ExtendPartition,
@@ -196,4 +207,5 @@ ControlMsg = Union[
     CoordHeartbeat,
     JoinAccepted,
     JoinRejected,
+    WriteMeta,
 ]

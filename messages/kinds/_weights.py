@@ -117,6 +117,74 @@ class PullReply(Message, frozen=True, tag="pull_reply"):
     tensors: dict[str, TensorRef]
 
 
+# -- effects: what a weight actor asks its adapter (``<actor>/io``, same process) to do ----------
+#
+# Packing into shared memory, opening IPC handles and copying into a model's tensors are
+# effects; the actors hand them to an adapter and see the outcome as one of these replies,
+# which a recording keeps and replay feeds back (nothing is packed, mapped or copied there).
+
+
+class ReserveRing(Message, frozen=True, tag="reserve_ring"):
+    """Producer -> its adapter: (re)allocate serve ring ``ring``: ``slots`` slots of ``nbytes``."""
+
+    ring: Count
+    slots: Count
+    nbytes: Count
+
+
+class RingReserved(Message, frozen=True, tag="ring_reserved"):
+    """Adapter -> producer: ring ``ring`` holds slots of ``slot_nbytes`` (0 and ``error`` if it failed)."""
+
+    ring: Count
+    slot_nbytes: Count
+    error: str | None = None
+
+
+class PackPull(Message, frozen=True, tag="pack_pull"):
+    """Producer -> its adapter: pack these published tensors into slot ``seq % K`` of ``ring``."""
+
+    ring: Count
+    seq: Seq
+    tensors: dict[str, TensorRef]
+
+
+class PullPacked(Message, frozen=True, tag="pull_packed"):
+    """Adapter -> producer: where the packed tensors are (empty and ``error`` if packing failed)."""
+
+    ring: Count
+    seq: Seq
+    tensors: dict[str, TensorRef] = {}
+    error: str | None = None
+
+
+class WritePull(Message, frozen=True, tag="write_pull"):
+    """Consumer -> its adapter: copy a ``PullReply``'s tensors into the model's."""
+
+    seq: Seq
+    tensors: dict[str, TensorRef]
+
+
+class PullWritten(Message, frozen=True, tag="pull_written"):
+    """Adapter -> consumer: pull ``seq`` is copied (``nbytes`` of it), or ``error`` says why not."""
+
+    seq: Seq
+    nbytes: Count = 0
+    error: str | None = None
+
+
+class DigestState(Message, frozen=True, tag="digest_state"):
+    """Consumer -> its adapter: the digest of the model's whole state after sync ``sync_id``."""
+
+    sync_id: Count
+
+
+class StateDigest(Message, frozen=True, tag="state_digest"):
+    """Adapter -> consumer: the digest ``DigestState`` asked for."""
+
+    sync_id: Count
+    digest: str | None = None
+
+
 WeightMsg = Union[
     BeginSync,
     PublishGroup,
@@ -129,4 +197,12 @@ WeightMsg = Union[
     ServeBufferReserved,
     PullRequest,
     PullReply,
+    ReserveRing,
+    RingReserved,
+    PackPull,
+    PullPacked,
+    WritePull,
+    PullWritten,
+    DigestState,
+    StateDigest,
 ]

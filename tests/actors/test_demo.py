@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import os
 import pathlib
 import re
 import subprocess
 import sys
 
 import pytest
+from conftest import TESTS
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(180)]
 
@@ -21,9 +23,30 @@ def _epochs(stdout: str) -> list[int]:
     return [int(line.split()[0]) for line in stdout.splitlines() if re.match(r"^\s+\d+\s+\d+\.\d+", line)]
 
 
-def test_demo_trains_and_ends_cleanly() -> None:
-    proc = _demo()
+def test_demo_trains_and_ends_cleanly(tmp_path: pathlib.Path) -> None:
+    proc = _demo("--record", str(tmp_path))
     assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+    (run,) = tmp_path.iterdir()
+    assert f"recorded into {run}:" in proc.stdout
+    # Every recorded actor replays exactly, with files, shared memory and CUDA sealed off.
+    sealed = subprocess.run([sys.executable, str(TESTS / "_replay_sealed.py"), str(tmp_path)], capture_output=True,
+                            text=True, timeout=120, env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"})
+    assert sealed.returncode == 0, sealed.stdout + sealed.stderr[-3000:]
+    lines = sealed.stdout.splitlines()
+    actors = {line.split(":")[0] for line in lines}
+    assert actors >= {"coordinator", *(f"weights/r{r}/{role}/0" for r in range(3) for role in ("producer", "consumer"))}
+    assert all(line.endswith(" 0 divergences") and " 0 messages" not in line for line in lines), sealed.stdout
+    assert {f"worker/{r}" for r in range(3)} <= actors  # the embedded Worker's protocol is recorded too
+    # The timeline: a track per rank with its batches and syncs, and the ranks' sends as flow arrows.
+    from actorwire.actors.cli._log import perfetto_trace
+
+    events = perfetto_trace([str(run)])["traceEvents"]
+    tracks = {e["tid"]: e["args"]["name"] for e in events if e.get("name") == "thread_name"}
+    slices = {(tracks[e["tid"]], e["name"]) for e in events if e["ph"] == "X" and e.get("cat") == "rank"}
+    assert {(f"worker/{r}", kind) for r in range(3) for kind in ("batch", "sync")} <= slices
+    assert ("worker/0", "eval") in slices and ("worker/0", "checkpoint") in slices
+    starts = {e["id"]: tracks[e["tid"]] for e in events if e["ph"] == "s"}
+    assert {starts[e["id"]] for e in events if e["ph"] == "f"} >= {"worker/0", "worker/1", "worker/2"}
     assert _epochs(proc.stdout) == [0, 1, 2, 3]
     assert "eval after epoch 2" in proc.stdout and "no rank lost" in proc.stdout
     assert "worker exit codes {0: 0, 1: 0, 2: 0}" in proc.stdout

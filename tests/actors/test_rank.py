@@ -214,3 +214,64 @@ def test_no_sync_is_entered_after_exiting_was_said() -> None:
 def test_report_epoch_before_a_plan_is_a_usage_error() -> None:
     with pytest.raises(m.UsageError, match="before next_plan"):
         _joined().report_epoch(0.0)
+
+
+# -- the protocol recorded and replayed like an actor ---------------------------------------
+
+
+def _recorded_run(tmp_path, protocol_cls=RankProtocol):  # type: ignore[no-untyped-def]
+    from actorwire.actors.control._rank_record import PROTOCOL_CLASS, RecordedProtocol, protocol_config
+    from actorwire.transport.recording import LogHeader, SegmentWriter
+
+    inner = protocol_cls(1, 2)
+    header = LogHeader(run_id="r", actor="worker/1", actor_class=PROTOCOL_CLASS, config=protocol_config(inner))
+    p = RecordedProtocol(inner, SegmentWriter(tmp_path, header), "worker/1")
+    p.join_reply(m.JoinAccepted(rank=1, world_size=2), 0.0)
+    env = m.Envelope(sender="coordinator", target="worker/1", seq=1)
+    p.receive(m.StartEpoch(epoch=0, partition_offset=0, partition_size=6), 0.5, envelope=env)
+    p.start_plan(1.0)
+    while (indices := p.take(4)) is not None:
+        for effect in p.batch_done(1.5, 2.0, 0.25):
+            if isinstance(effect, Send):
+                p.sent(effect, "coordinator", 7)
+    p.receive(m.SyncNow(cycle=1), 2.0, envelope=env)
+    p.sync_done(1, None, 2.5)
+    p.report_epoch(3.0)
+    p.close()
+    return indices
+
+
+def test_a_recorded_protocol_replays_exactly(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from actorwire.actors.runtime._replay import load_records, replay
+    from actorwire.transport.recording import Call, Clock, In, Out
+
+    _recorded_run(tmp_path)
+    header, records = load_records(tmp_path)
+    assert header.actor_class.endswith(":RankProtocol") and header.config["rank"] == 1
+    assert [r.method for r in records if isinstance(r, Call)][:3] == ["join_reply", "start_plan", "take"]
+    assert [type(r.message).__name__ for r in records if isinstance(r, In)] == ["StartEpoch", "SyncNow"]
+    assert [r.value for r in records if isinstance(r, Clock)] == [0.5, 2.0]  # the clock it was given
+    assert {type(r.message).__name__ for r in records if isinstance(r, Out)} == {"Batch"}
+    report = replay(tmp_path)
+    assert report.ok, report.summary()
+    assert report.messages == len([r for r in records if isinstance(r, (Call, In))])
+
+
+def test_a_changed_protocol_diverges_at_the_call_that_changed(tmp_path) -> None:  # type: ignore[no-untyped-def]
+    from actorwire.actors.runtime._replay import replay
+
+    _recorded_run(tmp_path)
+
+    original = _rank.RankProtocol.batch_done
+
+    def changed(self, now, batch_ms, loss, **kw):  # type: ignore[no-untyped-def]  # the "new code"
+        return original(self, now, batch_ms * 2, loss, **kw)
+
+    try:
+        _rank.RankProtocol.batch_done = changed  # type: ignore[method-assign]
+        report = replay(tmp_path)
+    finally:
+        _rank.RankProtocol.batch_done = original  # type: ignore[method-assign]
+    assert not report.ok
+    first = report.divergences[0]
+    assert first.kind == "batch_done" and "batch_ms" in first.expected and "4.0" in first.got

@@ -51,12 +51,25 @@ def test_every_actor_was_recorded_whole(recording: pathlib.Path) -> None:
     assert sum(isinstance(r, In) for r in echo) >= 5
 
 
+def only_run(directory: pathlib.Path) -> pathlib.Path:
+    """The run directory a recording into ``directory`` made."""
+    (run,) = directory.iterdir()
+    return run
+
+
+def test_a_recording_is_one_run_per_directory(recording: pathlib.Path) -> None:
+    run = only_run(recording)
+    assert sorted(p.name for p in run.iterdir()) == ["echo", "echo_b", "roller"]
+    assert load_records(recording, "roller")[0].run_id == run.name
+
+
 def test_exact_replay(recording: pathlib.Path) -> None:
     for actor in ("roller", "echo", "echo/b"):
-        report = replay(recording, actor=actor)
+        cls = "_actors:Roller" if actor == "roller" else "_actors:Echo"
+        report = replay(recording, actor=actor, actor_class=cls)
         assert report.ok, report.summary()
         assert report.summary() == f"{report.messages} messages replayed, 0 divergences"
-    assert replay(recording, actor="roller").messages == 10
+    assert replay(recording, actor="roller", actor_class="_actors:Roller").messages == 10
 
 
 def test_replay_finds_the_changed_message_and_field(recording: pathlib.Path) -> None:
@@ -92,8 +105,8 @@ def test_replay_reports_extra_random_draws(recording: pathlib.Path) -> None:
 
 def test_replay_cli(recording: pathlib.Path) -> None:
     env = {**os.environ, "PYTHONPATH": TESTS_DIR + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    ok = subprocess.run([sys.executable, "-m", "actorwire", "replay", str(recording), "--actor", "roller"],
-                        capture_output=True, text=True, env=env, timeout=60)
+    ok = subprocess.run([sys.executable, "-m", "actorwire", "replay", str(recording), "--actor", "roller",
+                         "--actor-class", "_actors:Roller"], capture_output=True, text=True, env=env, timeout=60)
     assert ok.returncode == 0 and ok.stdout.strip() == "10 messages replayed, 0 divergences"
     many = subprocess.run([sys.executable, "-m", "actorwire", "replay", str(recording)], capture_output=True,
                           text=True, env=env, timeout=60)
@@ -156,7 +169,7 @@ def test_recording_switched_on_by_environment(tmp_path: pathlib.Path,
         system.spawn(Echo(), "skipped")
         system.ask("kept", m.SyncNow(), timeout=10)
         system.ask("skipped", m.SyncNow(), timeout=10)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["kept"]
+    assert sorted(p.name for p in only_run(tmp_path).iterdir()) == ["kept"]
 
 
 def test_corrupt_log_is_one_clear_line(recording: pathlib.Path, tmp_path: pathlib.Path) -> None:
@@ -164,7 +177,7 @@ def test_corrupt_log_is_one_clear_line(recording: pathlib.Path, tmp_path: pathli
 
     copy = tmp_path / "copy"
     shutil.copytree(recording, copy)
-    seg = next((copy / "echo").glob("seg-*.awlog"))
+    seg = next((only_run(copy) / "echo").glob("seg-*.awlog"))
     data = bytearray(seg.read_bytes())
     data[len(data) // 2] ^= 0xFF
     seg.write_bytes(bytes(data))
@@ -194,12 +207,12 @@ def test_where_is_safe() -> None:
 
 def test_log_tail_prints_and_follows(recording: pathlib.Path) -> None:
     env = {**os.environ, "PYTHONPATH": TESTS_DIR + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    once = subprocess.run([sys.executable, "-m", "actorwire", "log", "tail", str(recording / "echo"), "--json"],
+    once = subprocess.run([sys.executable, "-m", "actorwire", "log", "tail", str(only_run(recording) / "echo"), "--json"],
                           capture_output=True, text=True, env=env, timeout=60)
     assert once.returncode == 0
     rows = [json.loads(line) for line in once.stdout.splitlines()]
     assert rows and all(r["actor"] == "echo" for r in rows)
-    follow = subprocess.run([sys.executable, "-m", "actorwire", "log", "tail", str(recording / "echo"), "-f",
+    follow = subprocess.run([sys.executable, "-m", "actorwire", "log", "tail", str(only_run(recording) / "echo"), "-f",
                              "--for", "0.3"], capture_output=True, text=True, env=env, timeout=60)
     assert follow.returncode == 0 and follow.stdout.count("echo <-") == sum(r["dir"] == "in" for r in rows)
 
@@ -214,5 +227,5 @@ def test_a_tell_that_found_its_target_dead_replays_as_it_ran(tmp_path: pathlib.P
         assert system.ask("notifier", m.SyncNow(cycle=1), timeout=10) == m.SyncAck(rank=0, step_count=0)
         system.stop("gone")
         assert system.ask("notifier", m.SyncNow(cycle=2), timeout=10) == m.SyncAck(rank=0, step_count=1)
-    report = replay(tmp_path, actor="notifier")
+    report = replay(tmp_path, actor="notifier", actor_class="_actors:Notifier")
     assert (report.messages, report.divergences) == (2, [])

@@ -117,7 +117,7 @@ def _close_rings():
     harnesses: list[ActorHarness] = []
     yield harnesses
     for h in harnesses:
-        h.actor.on_stop(h.ctx)
+        h.close()
 
 
 def publish(h: ActorHarness, group: int, sync: int = 1) -> list:
@@ -138,7 +138,7 @@ def test_reserve_refuses_another_plan() -> None:
     h = producer()
     out = h.deliver(m.ReserveServeBuffer(consumer_id=3, nbytes=64, plan_digest="0" * 16), sender=c(3))
     assert isinstance(out[0].message, m.SyncFailed) and "rebuild the consumer" in out[0].message.reason
-    h.actor.on_stop(h.ctx)
+    h.close()
 
 
 def test_pull_is_packed_into_slot_seq_mod_k_and_reads_back() -> None:
@@ -154,7 +154,7 @@ def test_pull_is_packed_into_slot_seq_mod_k_and_reads_back() -> None:
     imp = TensorImporter()
     assert torch.equal(imp.open(reply.tensors["layers.0.b"]), TENSORS["layers.0.b"])
     imp.drop()
-    h.actor.on_stop(h.ctx)
+    h.close()
 
 
 def test_release_needs_every_live_consumer_and_counts_each_once() -> None:
@@ -166,7 +166,7 @@ def test_release_needs_every_live_consumer_and_counts_each_once() -> None:
     out = free(h, 1, 1)
     assert [s.message for s in out] == [m.GroupsFreed(sync_id=1, groups=[1])]
     assert out[0].target == SENDER
-    h.actor.on_stop(h.ctx)
+    h.close()
 
 
 def test_frees_before_the_publish_release_it_at_once() -> None:
@@ -175,7 +175,7 @@ def test_frees_before_the_publish_release_it_at_once() -> None:
     free(h, 1, 0)
     out = publish(h, 1)
     assert [s.message for s in out] == [m.GroupsFreed(sync_id=1, groups=[1])]
-    h.actor.on_stop(h.ctx)
+    h.close()
 
 
 def test_a_pull_waits_for_its_publish() -> None:
@@ -184,7 +184,7 @@ def test_a_pull_waits_for_its_publish() -> None:
     assert h.deliver(m.PullRequest(sync_id=1, consumer_id=0, seq=0, names=["embed"]), sender=c(0)) == []
     out = publish(h, 0)
     assert isinstance(out[0].message, m.PullReply) and out[0].target == c(0)
-    h.actor.on_stop(h.ctx)
+    h.close()
 
 
 def test_messages_before_begin_sync_are_kept_for_it() -> None:
@@ -195,7 +195,7 @@ def test_messages_before_begin_sync_are_kept_for_it() -> None:
     out = publish(h, 0)
     kinds = [type(s.message) for s in out]
     assert kinds == [m.PullReply, m.GroupsFreed]
-    h.actor.on_stop(h.ctx)
+    h.close()
 
 
 def test_a_misrouted_pull_fails_the_sync_naming_the_names() -> None:
@@ -205,7 +205,7 @@ def test_a_misrouted_pull_fails_the_sync_naming_the_names() -> None:
     reasons = {s.target: s.message.reason for s in out}
     assert set(reasons) == {SENDER, c(0), c(1)}
     assert "['head']" in reasons[SENDER] and "misrouted" in reasons[SENDER]
-    h.actor.on_stop(h.ctx)
+    h.close()
 
 
 def test_a_gather_error_wakes_every_waiter() -> None:
@@ -216,7 +216,7 @@ def test_a_gather_error_wakes_every_waiter() -> None:
     # Later pulls fail at once instead of waiting.
     out = h.deliver(m.PullRequest(sync_id=1, consumer_id=0, seq=0, names=["embed"]), sender=c(0))
     assert isinstance(out[0].message, m.SyncFailed)
-    h.actor.on_stop(h.ctx)
+    h.close()
 
 
 def test_stale_frees_of_an_earlier_sync_are_ignored() -> None:
@@ -229,7 +229,7 @@ def test_stale_frees_of_an_earlier_sync_are_ignored() -> None:
     publish(h, 0, sync=2)
     assert free(h, 0, 0, sync=1) == []
     assert h.actor.frees == {}
-    h.actor.on_stop(h.ctx)
+    h.close()
 
 
 def test_stall_watchdog_fails_the_sync_after_no_progress() -> None:
@@ -242,7 +242,7 @@ def test_stall_watchdog_fails_the_sync_after_no_progress() -> None:
     out = h.advance(60)
     failure = next(s.message for s in out if s.target == SENDER)
     assert "stalled" in failure.reason and "300" in failure.reason and "1: [0" in failure.reason
-    h.actor.on_stop(h.ctx)
+    h.close()
 
 
 def test_a_consumer_down_owing_frees_fails_the_sync_but_a_finished_one_does_not() -> None:
@@ -254,7 +254,7 @@ def test_a_consumer_down_owing_frees_fails_the_sync_but_a_finished_one_does_not(
     assert h.down(c(1)) == []
     out = h.down(c(0))
     assert "consumer 0" in next(s.message.reason for s in out if s.target == SENDER)
-    h.actor.on_stop(h.ctx)
+    h.close()
 
 
 def test_end_sync_with_groups_in_flight_is_an_error() -> None:
@@ -263,7 +263,7 @@ def test_end_sync_with_groups_in_flight_is_an_error() -> None:
     publish(h, 0)
     out = h.deliver(m.EndSync(sync_id=1), sender=SENDER)
     assert "still in flight" in out[0].message.reason
-    h.actor.on_stop(h.ctx)
+    h.close()
 
 
 # -- the consumer -----------------------------------------------------------------------------
@@ -324,7 +324,7 @@ def test_consumer_pulls_k_at_a_time_frees_every_owner_and_finishes() -> None:
         assert all(torch.equal(dst[n], TENSORS[n]) for n in TENSORS)
     finally:
         ring.close()
-        h.actor.on_stop(h.ctx)
+        h.close()
 
 
 def test_a_slot_is_reused_only_after_pull_seq_minus_k_drained() -> None:
@@ -340,7 +340,7 @@ def test_a_slot_is_reused_only_after_pull_seq_minus_k_drained() -> None:
         assert [p[1] for p in pulls(_serve(ring, h, first[0]))] == [2, 3]
     finally:
         ring.close()
-        h.actor.on_stop(h.ctx)
+        h.close()
 
 
 def test_consumer_frees_groups_it_does_not_want_at_begin() -> None:
@@ -397,7 +397,7 @@ def test_a_reply_with_the_wrong_shape_aborts_naming_the_tensor() -> None:
         assert "embed" in next(s.message.reason for s in out if s.target == SENDER)
     finally:
         ring.close()
-        h.actor.on_stop(h.ctx)
+        h.close()
 
 
 def test_consumer_reserves_on_producers_that_start_later() -> None:
@@ -423,7 +423,7 @@ def test_digests_in_served_refs_name_the_bytes_that_moved() -> None:
     out = h.deliver(m.PullRequest(sync_id=1, consumer_id=0, seq=0, names=["embed"]), sender=c(0))
     ref = out[-1].message.tensors["embed"]
     assert ref.digest == hashlib.sha256(TENSORS["embed"].numpy().tobytes()).hexdigest()[:32]
-    h.actor.on_stop(h.ctx)
+    h.close()
 
 
 def _shared_producer() -> ActorHarness:
@@ -441,7 +441,7 @@ def _shared_producer() -> ActorHarness:
 def test_consumers_of_one_sharing_group_get_one_pack() -> None:
     h = _shared_producer()
     assert h.actor.plan.pull_digest(0, 0) == h.actor.plan.pull_digest(2, 0)  # same plan: they share ring 0
-    assert sorted(h.actor.ring.consumers) == [0, 1]
+    assert sorted(h.adapter.ring.consumers) == [0, 1]
     begin(h, [0, 1, 2])
     publish(h, 0)
     assert h.deliver(m.PullRequest(sync_id=1, consumer_id=0, seq=0, names=["embed"]), sender=c(0)) == []
@@ -450,7 +450,7 @@ def test_consumers_of_one_sharing_group_get_one_pack() -> None:
     assert set(replies) == {c(0), c(2)}  # the last sharer to arrive packed once, for both
     assert replies[c(0)].tensors == replies[c(2)].tensors
     assert h.actor.served_pulls == 1
-    h.actor.on_stop(h.ctx)
+    h.close()
 
 
 def test_sharers_with_different_plans_are_refused_naming_both() -> None:
@@ -458,4 +458,99 @@ def test_sharers_with_different_plans_are_refused_naming_both() -> None:
     out = h.deliver(m.ReserveServeBuffer(consumer_id=2, nbytes=64, plan_digest=h.actor.plan.digest + ":other"),
                     sender=c(2))
     assert "consumers 0 and 2 share serve ring 0" in out[0].message.reason
-    h.actor.on_stop(h.ctx)
+    h.close()
+
+
+# -- effects live in the adapter: handlers only ask it ---------------------------------------
+
+
+def _bare_producer() -> ActorHarness:
+    """A producer whose adapter the test plays by hand (``effects=False``)."""
+    plan = _plan()
+    h = ActorHarness(WeightProducer(0, plan), name=P0, peers=[SENDER, c(0), c(1)], effects=False)
+    h.start()
+    return h
+
+
+def test_the_producer_hands_reservation_and_packing_to_its_adapter() -> None:
+    h = _bare_producer()
+    io = P0 + "/io"
+    out = h.deliver(m.ReserveServeBuffer(consumer_id=0, nbytes=64, plan_digest=h.actor.plan.digest), sender=c(0))
+    assert [(s.target, type(s.message)) for s in out] == [(io, m.ReserveRing)]
+    out = h.deliver(m.RingReserved(ring=0, slot_nbytes=80), sender=io)
+    assert [(s.target, s.message) for s in out] == [(c(0), m.ServeBufferReserved(consumer_id=0, slots=2,
+                                                                                 slot_nbytes=80))]
+    begin(h, [0])
+    publish(h, 0)
+    out = h.deliver(m.PullRequest(sync_id=1, consumer_id=0, seq=0, names=["embed"]), sender=c(0))
+    (pack,) = out
+    assert pack.target == io and isinstance(pack.message, m.PackPull)
+    assert pack.message.tensors["embed"].plane is m.Plane.LOCAL  # the trainer's tensor, not a copy
+    packed = {"embed": msgspec_replace(pack.message.tensors["embed"], plane=m.Plane.SHM, handle=b"aws-x-0-0")}
+    out = h.deliver(m.PullPacked(ring=0, seq=0, tensors=packed), sender=io)
+    assert [(s.target, type(s.message)) for s in out] == [(c(0), m.PullReply)]
+    assert out[0].message.tensors == packed
+
+
+def msgspec_replace(ref: m.TensorRef, **changes: object) -> m.TensorRef:
+    import msgspec
+
+    return msgspec.structs.replace(ref, **changes)
+
+
+def test_a_group_is_not_released_while_its_pack_is_in_flight() -> None:
+    """Release drops the trainer's tensors: a pack still reading them would read freed memory."""
+    h = _bare_producer()
+    io = P0 + "/io"
+    h.deliver(m.ReserveServeBuffer(consumer_id=0, nbytes=64, plan_digest=h.actor.plan.digest), sender=c(0))
+    h.deliver(m.RingReserved(ring=0, slot_nbytes=64), sender=io)
+    begin(h, [0])
+    h.deliver(m.PullRequest(sync_id=1, consumer_id=0, seq=0, names=["embed"]), sender=c(0))
+    h.deliver(m.FreeGroup(sync_id=1, group_idx=0, consumer_id=0), sender=c(0))  # early, as a buggy peer might
+    out = publish(h, 0)
+    assert [type(s.message) for s in out] == [m.PackPull]  # no GroupsFreed yet
+    out = h.deliver(m.PullPacked(ring=0, seq=0, tensors={}), sender=io)
+    assert [type(s.message) for s in out] == [m.PullReply, m.GroupsFreed]
+
+
+def test_effect_replies_from_anyone_but_the_adapter_are_ignored() -> None:
+    """A peer that forges ``pull_packed`` could point consumers at bytes of its choosing."""
+    h = _bare_producer()
+    h.deliver(m.ReserveServeBuffer(consumer_id=0, nbytes=64, plan_digest=h.actor.plan.digest), sender=c(0))
+    assert h.deliver(m.RingReserved(ring=0, slot_nbytes=1 << 30), sender=c(1)) == []
+    h.deliver(m.RingReserved(ring=0, slot_nbytes=64), sender=P0 + "/io")
+    begin(h, [0])
+    publish(h, 0)
+    h.deliver(m.PullRequest(sync_id=1, consumer_id=0, seq=0, names=["embed"]), sender=c(0))
+    assert h.deliver(m.PullPacked(ring=0, seq=0, tensors={}), sender=c(1)) == []
+    consumer_h = ActorHarness(WeightConsumer(0, _plan()), name=c(0), peers=[SENDER, P0], effects=False)
+    consumer_h.start()
+    assert consumer_h.deliver(m.PullWritten(seq=0, nbytes=4), sender=P0) == []
+    assert consumer_h.deliver(m.StateDigest(sync_id=0, digest="forged"), sender=P0) == []
+
+
+def test_an_adapter_obeys_its_owner_only() -> None:
+    from actorwire.actors.weights._effects import ConsumerEffects, ProducerEffects
+
+    io = ActorHarness(ProducerEffects(P0), name=P0 + "/io", peers=[P0, c(0)])
+    assert io.deliver(m.ReserveRing(ring=0, slots=2, nbytes=1 << 20), sender=c(0)) == []
+    assert io.adapter is None and io.actor.ring.consumers == []
+    (reply,) = io.deliver(m.ReserveRing(ring=0, slots=2, nbytes=64), sender=P0)
+    assert reply.target == P0 and reply.message == m.RingReserved(ring=0, slot_nbytes=64)
+    io.close()
+    model = {"embed": torch.zeros(4)}
+    cio = ActorHarness(ConsumerEffects(c(0), tensors=model), name=c(0) + "/io", peers=[c(0), P0])
+    ref = m.TensorRef(dtype="float32", shape=[4], stride=[1], plane=m.Plane.SHM, handle=b"nope", nbytes=16)
+    assert cio.deliver(m.WritePull(seq=0, tensors={"embed": ref}), sender=P0) == []
+    (written,) = cio.deliver(m.WritePull(seq=0, tensors={"embed": ref}), sender=c(0))
+    assert written.message.seq == 0 and written.message.error  # the bad handle is an error reply, not a crash
+    cio.close()
+
+
+def test_a_reservation_the_adapter_cannot_make_fails_the_consumer_with_the_reason() -> None:
+    h = _bare_producer()
+    h.deliver(m.ReserveServeBuffer(consumer_id=0, nbytes=64, plan_digest=h.actor.plan.digest), sender=c(0))
+    (out,) = h.deliver(m.RingReserved(ring=0, slot_nbytes=0, error="OSError: no space left on device"),
+                       sender=P0 + "/io")
+    assert out.target == c(0) and isinstance(out.message, m.SyncFailed) and out.message.sync_id == 0
+    assert "could not reserve serve ring 0: OSError: no space left on device" in out.message.reason

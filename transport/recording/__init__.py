@@ -7,13 +7,22 @@ command's partial views all derive from it.
 
 from __future__ import annotations
 
-from actorwire.transport.recording._reader import Segment, actor_logs, file_size
+from actorwire.transport.recording._reader import (
+    IncompleteHeader,
+    RunInfo,
+    Segment,
+    SeveralRuns,
+    actor_logs,
+    file_size,
+    runs_under,
+)
 from actorwire.transport.recording._schema import (
     FORMAT_VERSION,
     INDEX_EVERY,
     MAGIC,
     RECORD_TYPES,
     Begin,
+    Call,
     Clock,
     CorruptRecord,
     Done,
@@ -31,7 +40,7 @@ from actorwire.transport.recording._schema import (
 from actorwire.transport.recording._writer import SegmentWriter
 
 __all__ = [
-    "FORMAT_VERSION", "INDEX_EVERY", "MAGIC", "RECORD_TYPES", "Record", "LogHeader", "Begin", "In", "Done", "Out",
+    "FORMAT_VERSION", "INDEX_EVERY", "MAGIC", "RECORD_TYPES", "Record", "LogHeader", "Begin", "Call", "In", "Done", "Out",
     "Clock", "Draw", "Effect", "CorruptRecord", "LogFormatError", "SegmentWriter", "Segment", "actor_logs",
-    "file_size", "actor_dir_name", "row", "view",
+    "file_size", "actor_dir_name", "row", "view", "IncompleteHeader", "SeveralRuns", "RunInfo", "runs_under",
 ]

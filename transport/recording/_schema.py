@@ -36,7 +36,8 @@ import msgspec
 from actorwire.messages import ActorwireError, AnyMessage, Envelope
 
 MAGIC = b"AWLOG1\n\0"
-FORMAT_VERSION = 1
+#: 2 added ``Call`` records (a protocol's inputs other than messages); readers take 1 and 2.
+FORMAT_VERSION = 2
 INDEX_EVERY = 256
 FRAME = struct.Struct("<II")
 INDEX = struct.Struct("<QQQ")
@@ -150,7 +151,24 @@ class Effect(msgspec.Struct, frozen=True, array_like=True, tag="e"):
     periodic: bool = False
 
 
-Record = Union[Begin, In, Done, Out, Clock, Draw, Effect]
+class Call(msgspec.Struct, frozen=True, array_like=True, tag="k"):
+    """Input ``index`` of a recorded protocol (not an actor): ``method`` called with ``args``.
+
+    ``args`` and ``result`` are msgpack of per-method types (the recorder and replay derive
+    them from the method's signature), kept undecoded until replay knows the method.
+    """
+
+    index: int
+    method: str
+    start_ns: int
+    wall_ns: int
+    args: msgspec.Raw
+    end_ns: int = 0
+    result: msgspec.Raw = msgspec.Raw(b"\xc0")
+    error: str | None = None
+
+
+Record = Union[Begin, In, Done, Out, Clock, Draw, Effect, Call]
 
 
 class CorruptRecord(ActorwireError):
