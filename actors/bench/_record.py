@@ -1,7 +1,9 @@
 """``actorwire bench record``: the cost of recording, and how fast logs read.
 
 * ``record.tell.ipc``: Batch tells between two processes handled per second
-  with every actor recorded, against the same run with recording off.
+  with every actor recorded, against the same run with recording off; three
+  rounds, off and on alternating, the best of each (one round of each swung
+  the ratio from 0.7 to 0.9 on a shared 2-core VM).
 * ``record.read``: records per second through ``actorwire log stats``'s reader.
 """
 
@@ -31,13 +33,16 @@ def _tell_rate(n: int, record: str | None) -> float:
 def run(n: int = 200_000, progress: Any = sys.stderr) -> list[Result]:
     directory = tempfile.mkdtemp(prefix="actorwire-bench-record-")
     try:
-        off = _tell_rate(n, None)
-        on = _tell_rate(n, directory)
-        results = [Result.against("record.tell.ipc", on, "msg/s", off, ">= 0.85 of off")]
+        offs, ons = [], []
+        for round_ in range(3):
+            offs.append(_tell_rate(n, None))
+            ons.append(_tell_rate(n, f"{directory}/{round_}"))
+        off, on = max(offs), max(ons)
+        results = [Result.against("record.tell.ipc", on, "msg/s", off, ">= 0.9 of off")]
         t0 = time.perf_counter()
-        stats = collect_stats([directory])
+        stats = collect_stats([f"{directory}/0"])
         dt = time.perf_counter() - t0
-        results.append(Result.against("record.read", stats["records"] / dt, "rec/s", None, ">= 500k rec/s"))
+        results.append(Result.against("record.read", stats["records"] / dt, "rec/s", None, ">= 1M rec/s"))
         return results
     finally:
         shutil.rmtree(directory, ignore_errors=True)

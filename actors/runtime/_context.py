@@ -28,7 +28,9 @@ import msgspec
 from actorwire.messages import ActorwireError, DownReason, Envelope, Message
 from actorwire.transport._errors import ActorDead, InvalidArgument, NotAnAsk, UnknownActor
 from actorwire.transport._log import get_logger
-from actorwire.transport.recording import Clock, Draw, Effect, Out, row
+from actorwire.transport.recording import Clock, Draw, Effect, Out
+
+_OUT = Out.__struct_config__.tag
 
 if TYPE_CHECKING:
     from actorwire.actors.runtime._record import Recorder
@@ -201,6 +203,7 @@ class RecordingContext(LiveContext):
     def __init__(self, cell: _Cell, seed: int, recorder: Recorder) -> None:
         super().__init__(cell, seed)
         self.recorder = recorder
+        self._write = recorder.writer.write
         self.random = _RecordingRandom(seed, recorder)
 
     def now(self) -> float:
@@ -223,11 +226,11 @@ class RecordingContext(LiveContext):
             self.recorder.write(Effect(self.recorder.index, "tell_dead",
                                        f"{target}\n{exc.reason.value}\n{exc.detail}"))
             raise
-        index = self.recorder.index
+        # An Out row (recording.row's tuple, built inline: this runs once per message sent).
         if isinstance(sent, bytes):  # the wire record: copied, not encoded again
-            self.recorder.write(row(Out, index, "tell", time.time_ns(), msgspec.Raw(sent)))
+            self._write((_OUT, self.recorder.index, "tell", time.time_ns(), msgspec.Raw(sent)))
         else:
-            self.recorder.write(row(Out, index, "tell", time.time_ns(), (sent, message)))
+            self._write((_OUT, self.recorder.index, "tell", time.time_ns(), (sent, message)))
 
     def ask(self, target: str, message: Message, *, timeout: float | None = None) -> int:
         corr = self._cell.ask(target, message, timeout)

@@ -24,10 +24,10 @@ from actorwire.transport.recording import (
     LogHeader,
     SegmentWriter,
     actor_dir_name,
-    row,
 )
 
-_FLUSH_EVERY_S = 0.2
+_FLUSH_EVERY_NS = 200_000_000  # written out every 0.2 s at least, while messages come
+_IN = In.__struct_config__.tag  # In rows (recording.row), built inline: one per message handled
 
 
 class RecordSettings(msgspec.Struct, frozen=True):
@@ -74,7 +74,7 @@ class Recorder:
         self.writer = SegmentWriter(run_directory(settings.directory, run_id), header,
                                     max_segment_bytes=settings.max_segment_bytes)
         self.index = 0
-        self._flushed = time.monotonic()
+        self._flushed = time.monotonic_ns()
 
     def begin(self) -> None:
         self.writer.write(Begin(time.monotonic_ns(), time.time_ns()))
@@ -90,14 +90,13 @@ class Recorder:
         envelope, message, start, wall = self._current
         end = time.monotonic_ns()
         if error is None:
-            record = row(In, self.index, start, wall, envelope, message, end)
+            record: tuple[Any, ...] = (_IN, self.index, start, wall, envelope, message, end)
         else:
-            record = row(In, self.index, start, wall, envelope, message, end, f"{type(error).__name__}: {error}")
+            record = (_IN, self.index, start, wall, envelope, message, end, f"{type(error).__name__}: {error}")
         self.writer.write(record, self.index, wall)
-        now = time.monotonic()
-        if now - self._flushed > _FLUSH_EVERY_S:
+        if end - self._flushed > _FLUSH_EVERY_NS:
             self.writer.flush()
-            self._flushed = now
+            self._flushed = end
 
     def write(self, record: Any) -> None:
         self.writer.write(record)

@@ -9,7 +9,6 @@ import pytest
 
 from actorwire import messages as m
 from actorwire.transport.recording import (
-    INDEX_EVERY,
     MAGIC,
     Clock,
     CorruptRecord,
@@ -25,11 +24,14 @@ HEADER = LogHeader(run_id="r1", actor="worker/0", actor_class="pkg.mod:Worker", 
 ENV = m.Envelope(sender="coordinator", target="worker/0", seq=1)
 
 
-def write(tmp_path: pathlib.Path, n: int, **kwargs: int) -> SegmentWriter:
+def write(tmp_path: pathlib.Path, n: int, flush_every: int = 0, **kwargs: int) -> SegmentWriter:
+    """``n`` messages (an In and a Clock each); a block ends at every ``flush_every`` messages."""
     writer = SegmentWriter(tmp_path, HEADER, **kwargs)
     for i in range(1, n + 1):
         writer.write(In(i, i * 10, 1_000 + i, ENV, m.SyncNow(cycle=i), i * 10 + 5), i, 1_000 + i)
         writer.write(Clock(i, float(i)))
+        if flush_every and i % flush_every == 0:
+            writer.flush()
     writer.close()
     return writer
 
@@ -45,19 +47,28 @@ def test_round_trip_with_header(tmp_path: pathlib.Path) -> None:
     assert segment.data[:len(MAGIC)] == MAGIC
 
 
-def test_torn_tail_reads_up_to_the_last_whole_record(tmp_path: pathlib.Path) -> None:
-    writer = write(tmp_path, 10)
+def test_torn_tail_reads_up_to_the_last_whole_block(tmp_path: pathlib.Path) -> None:
+    writer = write(tmp_path, 10, flush_every=5)
     data = writer.path.read_bytes()
-    writer.path.write_bytes(data[:-7])  # the writer died mid-record
+    writer.path.write_bytes(data[:-7])  # the writer died mid-block
     segment = Segment(writer.path)
-    assert len(list(segment.records())) == 19
+    assert len(list(segment.records())) == 10  # the first block, whole
     assert segment.torn_tail > 0
 
 
+def test_records_travel_in_blocks(tmp_path: pathlib.Path) -> None:
+    from actorwire.transport.recording._schema import BLOCK_RECORDS
+
+    writer = write(tmp_path, BLOCK_RECORDS)  # 2 * BLOCK_RECORDS records, no flush
+    blocks = list(Segment(writer.path).blocks())
+    assert [len(b) for _, b in blocks] == [BLOCK_RECORDS, BLOCK_RECORDS]
+    assert blocks[0][1][0] == In(1, 10, 1001, ENV, m.SyncNow(cycle=1), 15)
+
+
 def test_corruption_in_the_middle_names_file_and_offset(tmp_path: pathlib.Path) -> None:
-    writer = write(tmp_path, 10)
+    writer = write(tmp_path, 10, flush_every=1)  # a block per message
     segment = Segment(writer.path)
-    offsets = [o for o, _ in segment.records()]
+    offsets = sorted({o for o, _ in segment.records()})
     data = bytearray(writer.path.read_bytes())
     data[offsets[5] + 12] ^= 0xFF
     writer.path.write_bytes(bytes(data))
@@ -65,7 +76,7 @@ def test_corruption_in_the_middle_names_file_and_offset(tmp_path: pathlib.Path) 
         list(Segment(writer.path).records())
     assert str(info.value) == f"{writer.path}: corrupt record at byte {offsets[5]} (crc mismatch)"
     kept = [r for _, r in Segment(writer.path).records(skip_corrupt=True)]
-    assert len(kept) == 19  # only the damaged record is lost
+    assert len(kept) == 18  # only the damaged block (one message: its In and its Clock) is lost
 
 
 def test_not_a_log_and_newer_format(tmp_path: pathlib.Path) -> None:
@@ -87,9 +98,9 @@ def test_rotation_by_size_and_index(tmp_path: pathlib.Path) -> None:
     assert total == 4000
     first = Segment(segments[0])
     entries = first.index()
-    assert entries and len(entries) == -(-len(list(first.records())) // INDEX_EVERY)
+    assert entries and len(entries) == len(list(first.blocks()))  # one entry per block
     offset, index, wall = entries[1]
-    record = dict(first.records())[offset]  # every index entry points at a whole record
+    record = next(r for o, r in first.records() if o == offset)  # every entry points at a whole block
     assert isinstance(record, In) and record.index == index and record.wall_ns == wall
 
 
@@ -125,3 +136,24 @@ def test_a_view_decodes_the_named_fields_of_a_record_and_skips_the_rest() -> Non
     seen = msgspec.msgpack.decode(raw, type=InView)
     assert (seen.index, seen.envelope.sender, seen.end_ns) == (4, "coordinator", 30)
     assert not hasattr(seen, "error")
+
+
+def test_format_1_segments_still_read(tmp_path: pathlib.Path) -> None:
+    """Format 1 framed every record on its own; recordings made before blocks still open."""
+    import zlib
+
+    from actorwire.transport.recording._schema import FRAME
+
+    header = msgspec.msgpack.encode(msgspec.structs.replace(HEADER, format_version=1))
+    body = b""
+    for i in range(1, 4):
+        payload = msgspec.msgpack.encode(In(i, i, 1_000 + i, ENV, m.SyncNow(cycle=i), i + 1))
+        body += FRAME.pack(len(payload), zlib.crc32(payload)) + payload
+    path = tmp_path / "worker_0" / "seg-000001.awlog"
+    path.parent.mkdir()
+    path.write_bytes(MAGIC + FRAME.pack(len(header), zlib.crc32(header)) + header + body)
+    records = [r for _, r in Segment(path).records()]
+    assert [r.message.cycle for r in records] == [1, 2, 3]
+    from actorwire.actors.cli._log import collect_stats
+
+    assert collect_stats([str(tmp_path)])["kinds"]["sync_now"]["count"] == 3

@@ -39,9 +39,13 @@ from actorwire.transport.recording._schema import (
 
 _header_decoder = msgspec.msgpack.Decoder(LogHeader)
 _record_decoder = msgspec.msgpack.Decoder(Record)
+_block_decoder = msgspec.msgpack.Decoder(list[Record])  # type: ignore[valid-type]
+_raw_block_decoder = msgspec.msgpack.Decoder(list[msgspec.Raw])
 
-#: The smallest record: a one-byte tag and a one-element array.
+#: The smallest record: a one-byte tag and a one-element array (format 1).
 MIN_RECORD = 2
+#: The smallest block: an empty array (format 2).
+MIN_BLOCK = 1
 #: How far past a corrupt record ``skip_corrupt`` looks for the next whole one.
 MAX_RESYNC = 64 * 1024 * 1024
 #: An index file larger than this is not one of ours.
@@ -132,17 +136,17 @@ class Segment:
         except RecursionError:
             raise LogFormatError(f"{self.path}: header at byte {offset} is nested too deep to decode") from None
 
-    def records(self, *, skip_corrupt: bool = False, raw: bool = False) -> Iterator[tuple[int, Any]]:
-        """``(offset, record)`` pairs; ``raw=True`` yields the msgpack bytes undecoded.
+    def frames(self, *, skip_corrupt: bool = False) -> Iterator[tuple[int, bytes]]:
+        """``(offset, payload)`` of every whole frame after the header (a block; in format 1 a record).
 
         A torn tail ends the iteration and is left in ``torn_tail``/``torn_at`` for the caller
-        to report; corruption raises :class:`CorruptRecord` unless ``skip_corrupt``.
+        to report; a bad length or CRC raises :class:`CorruptRecord` unless ``skip_corrupt``.
         """
         data, size = self.data, len(self.data)
         offset = self.body_offset
         unpack = FRAME.unpack_from
         crc32 = zlib.crc32
-        decode = _record_decoder.decode
+        low = self._min
         while offset < size:
             if size - offset < FRAME.size:
                 self.torn_tail, self.torn_at = size - offset, offset
@@ -150,33 +154,59 @@ class Segment:
             length, crc = unpack(data, offset)
             start = offset + FRAME.size
             end = start + length
-            if end > size and MIN_RECORD <= length <= MAX_RECORD:
-                self.torn_tail, self.torn_at = size - offset, offset  # the writer died mid-record
+            if end > size and low <= length <= MAX_RECORD:
+                self.torn_tail, self.torn_at = size - offset, offset  # the writer died mid-write
                 return
             payload = data[start:end]
-            if not MIN_RECORD <= length <= MAX_RECORD or crc32(payload) != crc:
-                reason = f"length {length} out of range" if not MIN_RECORD <= length <= MAX_RECORD else "crc mismatch"
+            if not low <= length <= MAX_RECORD or crc32(payload) != crc:
+                reason = f"length {length} out of range" if not low <= length <= MAX_RECORD else "crc mismatch"
                 if not skip_corrupt:
                     raise CorruptRecord(self.path, offset, reason)
                 offset = self._resync(offset + 1)
                 continue
-            if raw:
-                yield offset, payload
-            else:
-                try:
-                    record = decode(payload)
-                except (msgspec.DecodeError, msgspec.ValidationError) as exc:
-                    if not skip_corrupt:
-                        raise CorruptRecord(self.path, offset, f"undecodable record: {exc}") from None
-                    offset = end
-                    continue
-                except RecursionError:
-                    if not skip_corrupt:
-                        raise CorruptRecord(self.path, offset, "nested too deep to decode") from None
-                    offset = end
-                    continue
-                yield offset, record
+            yield offset, payload
             offset = end
+
+    @property
+    def _min(self) -> int:
+        return MIN_RECORD if self.header.format_version < 2 else MIN_BLOCK
+
+    def blocks(self, decoder: msgspec.msgpack.Decoder[Any] | None = None, *,
+               skip_corrupt: bool = False) -> Iterator[tuple[int, list[Any]]]:
+        """``(offset, records)`` per block, each block decoded in one call (``decoder`` decodes a
+        list: of :data:`Record` by default, or of views).  A format 1 segment yields one-record blocks."""
+        v1 = self.header.format_version < 2
+        if decoder is None:
+            decode = _record_decoder.decode if v1 else _block_decoder.decode
+        else:
+            decode = decoder.decode
+        for offset, payload in self.frames(skip_corrupt=skip_corrupt):
+            try:
+                records = decode(b"\x91" + payload) if v1 and decoder is not None else decode(payload)
+            except (msgspec.DecodeError, msgspec.ValidationError) as exc:
+                if not skip_corrupt:
+                    raise CorruptRecord(self.path, offset, f"undecodable record: {exc}") from None
+                continue
+            except RecursionError:
+                if not skip_corrupt:
+                    raise CorruptRecord(self.path, offset, "nested too deep to decode") from None
+                continue
+            yield offset, [records] if v1 and decoder is None else records
+
+    def records(self, *, skip_corrupt: bool = False, raw: bool = False) -> Iterator[tuple[int, Any]]:
+        """``(offset, record)`` pairs (the offset of the record's block); ``raw=True`` yields each
+        record's msgpack bytes undecoded."""
+        if raw:
+            if self.header.format_version < 2:
+                yield from self.frames(skip_corrupt=skip_corrupt)
+                return
+            for offset, block in self.blocks(_raw_block_decoder, skip_corrupt=skip_corrupt):
+                for item in block:
+                    yield offset, bytes(item)
+            return
+        for offset, block in self.blocks(skip_corrupt=skip_corrupt):
+            for record in block:
+                yield offset, record
 
     def _resync(self, offset: int) -> int:
         """The next offset at which a whole record checks out (or the end), looking at most MAX_RESYNC ahead."""
@@ -187,7 +217,7 @@ class Segment:
                 raise CorruptRecord(self.path, start - 1, f"no whole record in the {MAX_RESYNC >> 20} MiB after it")
             length, crc = FRAME.unpack_from(data, offset)
             end = offset + FRAME.size + length
-            if MIN_RECORD <= length <= MAX_RECORD and end <= size and zlib.crc32(data[offset + FRAME.size: end]) == crc:
+            if self._min <= length <= MAX_RECORD and end <= size and zlib.crc32(data[offset + FRAME.size: end]) == crc:
                 return offset
             offset += 1
         return size

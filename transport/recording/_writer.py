@@ -9,9 +9,9 @@ from typing import Any
 import msgspec
 
 from actorwire.transport.recording._schema import (
+    BLOCK_RECORDS,
     FRAME,
     INDEX,
-    INDEX_EVERY,
     MAGIC,
     LogHeader,
     actor_dir_name,
@@ -32,46 +32,68 @@ class SegmentWriter:
         self._segment = 0
         self._file: Any = None
         self._index_file: Any = None
-        self._records = 0
-        self._last_index = 0
-        self._last_wall = 0
+        self._pending: list[Any] = []
+        self._block_index = 0
+        self._block_wall = 0
         existing = sorted(self.directory.glob("seg-*.awlog"))
         self._open(int(existing[-1].stem[4:]) + 1 if existing else 1)
 
     def _open(self, segment: int) -> None:
-        self.close()
+        self._close_files()
         self._segment = segment
         path = self.directory / f"seg-{segment:06d}.awlog"
+        # A large buffer: each write out of it releases the GIL, and getting it back can cost a
+        # busy process milliseconds (profile of bench record: 12% of the recorded sender).
         self._file = open(path, "ab", buffering=1 << 20)  # noqa: SIM115 - closed in close()
         self._index_file = open(path.with_suffix(".awidx"), "ab")  # noqa: SIM115
         self._pos = self._file.tell()
         header = _encoder.encode(msgspec.structs.replace(self._header, segment=segment))
         self._file.write(MAGIC + FRAME.pack(len(header), zlib.crc32(header)) + header)
         self._pos += len(MAGIC) + FRAME.size + len(header)
-        self._records = 0
         self.path = path
 
     def write(self, record: Any, index: int = 0, wall_ns: int = 0) -> None:
         """Append one record (a record struct, or the same fields as a tagged tuple).
 
-        The position is counted here, not asked of the file: ``tell()`` on a
-        buffered file is an lseek per record (profile: a fifth of the cost).
+        It is written with its block: one array, one encoder call, one CRC and one file write
+        for up to ``BLOCK_RECORDS`` records (profile of bench record: framing, checksumming and
+        encoding each record alone was a third of the recorder's time; one encoder call per
+        block costs 370 ns a record against 520).  A record is encoded when its block is, at
+        most 0.2 s later while the actor records: what it holds must not change meanwhile
+        (messages are immutable; wire records are bytes).
         """
-        payload = _encoder.encode(record)
-        if self._records % INDEX_EVERY == 0:
-            self._index_file.write(INDEX.pack(self._pos, index, wall_ns))
+        pending = self._pending
+        if index and not self._block_index:
+            self._block_index, self._block_wall = index, wall_ns
+        pending.append(record)
+        if len(pending) >= BLOCK_RECORDS:
+            self._emit()
+
+    def _emit(self) -> None:
+        pending = self._pending
+        if not pending:
+            return
+        payload = _encoder.encode(pending)  # a list: one msgpack array, the block
+        self._index_file.write(INDEX.pack(self._pos, self._block_index, self._block_wall))
         self._file.write(FRAME.pack(len(payload), zlib.crc32(payload)) + payload)
         self._pos += FRAME.size + len(payload)
-        self._records += 1
+        self._pending = []
+        self._block_index = self._block_wall = 0
         if self._pos >= self.max_segment_bytes:
             self._open(self._segment + 1)
 
     def flush(self) -> None:
         if self._file is not None:
+            self._emit()
             self._file.flush()
             self._index_file.flush()
 
     def close(self) -> None:
+        if self._file is not None:
+            self._emit()
+        self._close_files()
+
+    def _close_files(self) -> None:
         if self._file is not None:
             self._file.close()
             self._index_file.close()
