@@ -33,6 +33,9 @@ from ._errors import (
 from ._public import publish as _publish
 from ._schema import describe, example, json_schema
 from .kinds._control import (
+    AbortComm,
+    AllReduceParams,
+    BatchTrained,
     Checkpoint,
     ControlMsg,
     CoordHeartbeat,
@@ -41,9 +44,14 @@ from .kinds._control import (
     EvalBroadcast,
     ExecuteEval,
     ExtendPartition,
+    GroupIdMade,
+    GroupJoined,
     JoinAccepted,
+    JoinGroup,
     JoinRejected,
+    NewGroupId,
     NewNcclSession,
+    ParamsReduced,
     RequestNewNcclId,
     SetEpochCallbackRole,
     SetGlobalStep,
@@ -52,6 +60,7 @@ from .kinds._control import (
     StartEpoch,
     SyncNow,
     Throttle,
+    TrainBatch,
     WriteMeta,
 )
 from .kinds._enums import DownReason, ErrorCode, IntentKind, Plane, SaveReason
@@ -122,6 +131,8 @@ __all__ = [
     "Throttle", "SetGlobalStep", "Checkpoint", "ExecuteEval", "SetEpochCallbackRole",
     "EpochAggregated", "EvalBroadcast", "DeclareDead", "RequestNewNcclId", "NewNcclSession",
     "Shutdown", "ShutdownWithSave", "CoordHeartbeat", "JoinAccepted", "JoinRejected", "WriteMeta",
+    "TrainBatch", "BatchTrained", "AllReduceParams", "ParamsReduced", "JoinGroup", "GroupJoined", "NewGroupId",
+    "GroupIdMade", "AbortComm",
     # timing and metrics
     "Batch", "SyncAck", "Exiting", "LrUpdate", "Intent", "Heartbeat",
     "EvalResult", "CheckpointResult", "NewNcclIdGenerated", "EpochFnElapsed",

@@ -1,4 +1,6 @@
-"""Replay every actor of a recording with effects sealed off: python tests/_replay_sealed.py DIR.
+"""Replay every actor of a recording with effects sealed off: python tests/_replay_sealed.py DIR [ACTOR=CLASS...].
+
+``ACTOR=module:Class`` names the class of an actor that is not built in (``--actor-class``).
 
 An audit hook refuses every file opened for writing and every directory made or removed, and
 shared memory and CUDA refuse to start; a replay that needed any of them fails instead of
@@ -26,7 +28,7 @@ def _hook(event: str, args: tuple[object, ...]) -> None:
         raise Sealed(f"replay called {event}{args}")
 
 
-def main(directory: str) -> int:
+def main(directory: str, classes: dict[str, str]) -> int:
     import _posixshmem  # type: ignore[import-not-found]
 
     import torch
@@ -51,9 +53,10 @@ def main(directory: str) -> int:
     names = sorted(Segment(segments[0]).header.actor for segments in logs.values())
     sys.addaudithook(_hook)
     for name in names:
-        print(f"{name}: {replay(directory, actor=name).summary().splitlines()[0]}", flush=True)
+        report = replay(directory, actor=name, actor_class=classes.get(name))
+        print(f"{name}: {report.summary().splitlines()[0]}", flush=True)
     return 0
 
 
 if __name__ == "__main__":
-    sys.exit(main(sys.argv[1]))
+    sys.exit(main(sys.argv[1], dict(arg.split("=", 1) for arg in sys.argv[2:])))

@@ -18,30 +18,48 @@ The all-reduce goes through a :class:`~actorwire.transport.comm.Communicator`
 (gloo by default) formed by the coordinator's ``NewNcclSession``.
 
 The decisions are :class:`~._rank.RankProtocol`'s, the machine the embedded
-``Worker`` and the simulator run too; this actor carries out its effects.
+``Worker`` and the simulator run too.  The effects (``setup``, each training
+step, the all-reduce, forming a group, evals, checkpoints) run in the actor's
+effects adapter (:class:`GpuWorkerEffects`, ``worker/<rank>/io``, same process),
+which calls the subclass's methods; the actor sees their outcomes as messages.
+Control messages that arrive while a batch trains wait for it, so each batch
+is still one step between two control messages, and a recording of the rank
+replays with no model, no data and no process group.
 """
 
 from __future__ import annotations
 
+import time
 from typing import Any
 
 from actorwire.actors.control import _rank
 from actorwire.actors.control._rank import Effect, RankProtocol
-from actorwire.actors.control._rank_ops import carry_out
-from actorwire.actors.runtime._actor import Actor, handler
+from actorwire.actors.control._rank_ops import run_checkpoint, run_eval, weighted_average
+from actorwire.actors.runtime._actor import Actor, EffectsAdapter, effects_name, handler
 from actorwire.actors.runtime._context import Context
 from actorwire.messages import (
+    AbortComm,
+    AllReduceParams,
+    BatchTrained,
     Checkpoint,
+    CheckpointResult,
     CoordHeartbeat,
     DeclareDead,
     Down,
     EpochAggregated,
     EvalBroadcast,
+    EvalResult,
     ExecuteEval,
     ExtendPartition,
+    GroupIdMade,
+    GroupJoined,
     JoinAccepted,
+    JoinGroup,
     JoinRejected,
+    Message,
+    NewGroupId,
     NewNcclSession,
+    ParamsReduced,
     RequestNewNcclId,
     SetEpochCallbackRole,
     SetGlobalStep,
@@ -51,9 +69,10 @@ from actorwire.messages import (
     SyncNow,
     Throttle,
     TimerFired,
+    TrainBatch,
 )
 from actorwire.transport import ActorDead, UnknownActor
-from actorwire.transport.comm import Communicator
+from actorwire.transport.comm import CommError, Communicator
 
 _FROM_COORDINATOR = (StartEpoch, ExtendPartition, SyncNow, SetGlobalStep, SetEpochCallbackRole, EpochAggregated,
                      EvalBroadcast, ExecuteEval, Checkpoint, RequestNewNcclId, NewNcclSession, DeclareDead,
@@ -79,6 +98,11 @@ class GpuWorker(Actor):
         self.protocol = RankProtocol(rank, world_size, coordinator=coordinator,
                                      coordinator_timeout=coordinator_timeout, regroup_wait=regroup_wait, relay=relay)
         self.stepping = False
+        #: A batch is in the adapter: control messages wait for it (``held``).
+        self.training = False
+        self.held: list[Message] = []
+        #: An all-reduce or a group formation is in the adapter: no batch starts before its outcome.
+        self.collective = False
 
     # What tests and subclasses read, kept where they were.
     @property
@@ -128,15 +152,13 @@ class GpuWorker(Actor):
 
     # -- lifecycle ------------------------------------------------------------
 
+    def effects(self, name: str) -> Actor | None:
+        return GpuWorkerEffects(name, self)
+
     def on_start(self, ctx: Context) -> None:
-        self.setup()
-        self.comm = self.make_communicator()
+        self.io = effects_name(ctx.name)  # it ran setup() and made the communicator before this
         request = self.protocol.join_request(run_id=self.run_id, model_signature=self.model_signature)
         ctx.ask(self.coordinator, request, timeout=60)
-
-    def on_stop(self, ctx: Context) -> None:
-        if self.comm is not None:
-            self.comm.abort()
 
     @handler
     def on_joined(self, msg: JoinAccepted | JoinRejected, ctx: Context) -> None:
@@ -153,11 +175,14 @@ class GpuWorker(Actor):
 
     @handler
     def on_coordinator_down(self, msg: Down, ctx: Context) -> None:
+        if self.training:
+            self.held.append(msg)
+            return
         self._run(ctx, self.protocol.receive(msg, ctx.now()))
 
     @handler
     def on_timer(self, msg: TimerFired, ctx: Context) -> None:
-        if msg.key == "coordinator-silence":
+        if msg.key == "coordinator-silence" and not self.training:
             self._run(ctx, self.protocol.tick(ctx.now()))
             self._schedule(ctx)  # a regrouping that timed out lets training go on
 
@@ -165,6 +190,9 @@ class GpuWorker(Actor):
     def on_control(self, msg: StartEpoch | ExtendPartition | SyncNow | SetGlobalStep | SetEpochCallbackRole
                    | EpochAggregated | EvalBroadcast | ExecuteEval | Checkpoint | RequestNewNcclId | NewNcclSession
                    | DeclareDead | Shutdown | ShutdownWithSave | CoordHeartbeat, ctx: Context) -> None:
+        if self.training:  # between two batches, as when a batch was one handler run
+            self.held.append(msg)
+            return
         self._run(ctx, self.protocol.receive(msg, ctx.now()))
         self._schedule(ctx)
 
@@ -180,28 +208,93 @@ class GpuWorker(Actor):
     def on_step(self, msg: Throttle, ctx: Context) -> None:
         self.stepping = False
         p = self.protocol
-        if not p.can_train:
+        if not p.can_train or self.training or self.collective:
             return
         if p.current is None:
             self._run(ctx, p.start_plan(ctx.now()))
         indices = p.take(self.batch_size)
         if indices is not None:
-            t0 = ctx.now()
-            loss = float(self.train_batch(indices))
-            self._run(ctx, p.batch_done(ctx.now(), (ctx.now() - t0) * 1000, loss))
+            self.training = True
+            ctx.tell(self.io, TrainBatch(start=indices.start, stop=indices.stop))
+            return
+        self._after_batch(ctx)
+
+    @handler
+    def on_batch_trained(self, msg: BatchTrained, ctx: Context) -> None:
+        if not self._from_io(msg, ctx) or not self.training:
+            return
+        self.training = False
+        if msg.error is not None:
+            self._release(ctx)
+            raise _rank.WorkerError(f"rank {self.rank}: training batch {msg.start}-{msg.stop} failed: {msg.error}")
+        self._run(ctx, self.protocol.batch_done(ctx.now(), msg.batch_ms, msg.loss))
+        self._after_batch(ctx)
+        self._release(ctx)
+
+    def _after_batch(self, ctx: Context) -> None:
+        p = self.protocol
         if p.current is not None and p.exhausted:
             self._run(ctx, p.report_epoch(ctx.now()))  # as soon as its last batch is in
         self._schedule(ctx)
+
+    def _release(self, ctx: Context) -> None:
+        """Handle what came while the batch trained, in order."""
+        held, self.held = self.held, []
+        for i, msg in enumerate(held):
+            if self.training:  # a message handled just now started another batch
+                self.held = held[i:] + self.held
+                return
+            self._run(ctx, self.protocol.receive(msg, ctx.now()))
+            self._schedule(ctx)
+
+    def _from_io(self, msg: Message, ctx: Context) -> bool:
+        if ctx.sender == self.io:
+            return True
+        ctx.log.warning("an effect reply not from this worker's adapter; ignored", kind=type(msg).wire_tag(),
+                        sender=ctx.sender)
+        return False
+
+    # -- the adapter's answers -------------------------------------------------------
+
+    @handler
+    def on_reduced(self, msg: ParamsReduced, ctx: Context) -> None:
+        if self._from_io(msg, ctx):
+            self.collective = False
+            self._run(ctx, self.protocol.sync_done(msg.cycle, msg.error, ctx.now()))
+            self._schedule(ctx)
+
+    @handler
+    def on_group_joined(self, msg: GroupJoined, ctx: Context) -> None:
+        if self._from_io(msg, ctx):
+            self.collective = False
+            self._run(ctx, self.protocol.group_formed(msg.attempt, msg.error, ctx.now()))
+            self._schedule(ctx)
+
+    @handler
+    def on_group_id(self, msg: GroupIdMade, ctx: Context) -> None:
+        if self._from_io(msg, ctx):
+            self._run(ctx, self.protocol.group_id_made(msg.attempt, msg.uid, msg.error))
+
+    @handler
+    def on_evaluated(self, msg: EvalResult, ctx: Context) -> None:
+        if self._from_io(msg, ctx):
+            self._run(ctx, self.protocol.evaluated(msg))
+
+    @handler
+    def on_checkpointed(self, msg: CheckpointResult, ctx: Context) -> None:
+        if self._from_io(msg, ctx):
+            self._run(ctx, self.protocol.checkpointed(msg))
 
     # -- effects -----------------------------------------------------------------
 
     def _run(self, ctx: Context, effects: list[Effect]) -> None:
         p = self.protocol
         for effect in effects:
-            more = carry_out(effect, p, self.comm, parameters=self.parameters, evaluate=self.evaluate,
-                             checkpoint=self.checkpoint, now=ctx.now)
-            if more is not None:
-                self._run(ctx, more)
+            request = _request(effect)
+            if request is not None:
+                if isinstance(request, (AllReduceParams, JoinGroup)):
+                    self.collective = True
+                ctx.tell(self.io, request)  # the outcome comes back as a message
             elif isinstance(effect, _rank.Send):
                 try:
                     ctx.tell(effect.to or self.coordinator, effect.message)
@@ -214,3 +307,104 @@ class GpuWorker(Actor):
                     for said in p.exiting():
                         self._run(ctx, [said])
                 ctx.stop()
+
+
+def _request(effect: Effect) -> Message | None:
+    """What the adapter is told to do for ``effect``; None for what the actor does itself."""
+    if isinstance(effect, _rank.AllReduce):
+        return AllReduceParams(cycle=effect.cycle, steps=effect.steps)
+    if isinstance(effect, _rank.FormGroup):
+        return JoinGroup(session=effect.session)
+    if isinstance(effect, _rank.MakeGroupId):
+        return NewGroupId(attempt=effect.attempt)
+    if isinstance(effect, _rank.AbortGroup):
+        return AbortComm()
+    if isinstance(effect, _rank.Evaluate):
+        return effect.request
+    if isinstance(effect, _rank.SaveCheckpoint):
+        return effect.request
+    return None
+
+
+class GpuWorkerEffects(EffectsAdapter):
+    """A GpuWorker's effects: its ``setup``, training steps, collectives, evals and checkpoints.
+
+    It calls the methods of the worker it serves (the same object, in the same process): the model
+    and the data are the subclass's; the decisions stay in the actor.
+    """
+
+    def __init__(self, owner: str, worker: GpuWorker) -> None:
+        super().__init__(owner)
+        self.worker = worker
+
+    def on_start(self, ctx: Context) -> None:
+        w = self.worker
+        w.setup()
+        w.comm = w.make_communicator()
+
+    def on_stop(self, ctx: Context) -> None:
+        if self.worker.comm is not None:
+            self.worker.comm.abort()
+
+    @handler
+    def on_train(self, msg: TrainBatch, ctx: Context) -> None:
+        if not self.obeys(ctx):
+            return
+        t0 = time.monotonic()
+        try:
+            loss = float(self.worker.train_batch(range(msg.start, msg.stop)))
+        except Exception as exc:
+            ctx.tell(self.owner, BatchTrained(start=msg.start, stop=msg.stop, error=f"{type(exc).__name__}: {exc}"))
+            return
+        ctx.tell(self.owner, BatchTrained(start=msg.start, stop=msg.stop, loss=loss,
+                                          batch_ms=(time.monotonic() - t0) * 1000))
+
+    @handler
+    def on_all_reduce(self, msg: AllReduceParams, ctx: Context) -> None:
+        if not self.obeys(ctx):
+            return
+        error = None
+        params, comm = self.worker.parameters(), self.worker.comm
+        if params and comm is not None:
+            try:
+                weighted_average(comm, params, msg.steps)
+            except CommError as exc:
+                error = str(exc)
+        ctx.tell(self.owner, ParamsReduced(cycle=msg.cycle, error=error))
+
+    @handler
+    def on_join_group(self, msg: JoinGroup, ctx: Context) -> None:
+        if not self.obeys(ctx):
+            return
+        error = None
+        comm, s = self.worker.comm, msg.session
+        if comm is not None:
+            try:
+                comm.init(s.uid, s.new_rank, s.new_world_size)
+            except CommError as exc:  # any error forming a group is a formation failure, said
+                error = str(exc)
+        ctx.tell(self.owner, GroupJoined(attempt=s.attempt, error=error))
+
+    @handler
+    def on_new_group_id(self, msg: NewGroupId, ctx: Context) -> None:
+        if not self.obeys(ctx) or self.worker.comm is None:
+            return  # no group to form here: the coordinator asks another rank
+        try:
+            ctx.tell(self.owner, GroupIdMade(attempt=msg.attempt, uid=self.worker.comm.new_unique_id()))
+        except CommError as exc:
+            ctx.tell(self.owner, GroupIdMade(attempt=msg.attempt, error=str(exc)))
+
+    @handler
+    def on_abort(self, msg: AbortComm, ctx: Context) -> None:
+        if self.obeys(ctx) and self.worker.comm is not None:
+            self.worker.comm.abort()
+
+    @handler
+    def on_eval(self, msg: ExecuteEval, ctx: Context) -> None:
+        if self.obeys(ctx):
+            ctx.tell(self.owner, run_eval(self.worker.rank, msg, self.worker.evaluate))
+
+    @handler
+    def on_checkpoint(self, msg: Checkpoint, ctx: Context) -> None:
+        if self.obeys(ctx):
+            ctx.tell(self.owner, run_checkpoint(self.worker.rank, msg, self.worker.checkpoint))

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Union
+from typing import Annotated, Union
+
+import msgspec
 
 from .._base import Count, Message, Record
 from ._enums import SaveReason
@@ -184,6 +186,75 @@ class WriteMeta(Message, frozen=True, tag="write_meta"):
     text: str
 
 
+# -- a GpuWorker's effects: what the actor asks its adapter (``worker/<rank>/io``) to do ------
+#
+# Training steps and collectives are effects; the actor hands them over and sees the outcomes as
+# these replies (an eval and a checkpoint reuse ExecuteEval/EvalResult and Checkpoint/
+# CheckpointResult), so a recording of the rank replays without a model or a process group.
+
+
+class TrainBatch(Message, frozen=True, tag="train_batch"):
+    """Train one batch on sample indices ``start`` to ``stop`` (exclusive)."""
+
+    start: Count
+    stop: Count
+
+
+class BatchTrained(Message, frozen=True, tag="batch_trained"):
+    """The batch ``TrainBatch`` asked for: its loss and how long it took, or ``error``."""
+
+    start: Count
+    stop: Count
+    loss: float = 0.0
+    batch_ms: Annotated[float, msgspec.Meta(ge=0.0)] = 0.0
+    error: str | None = None
+
+
+class AllReduceParams(Message, frozen=True, tag="all_reduce_params"):
+    """Average the parameters over the group, weighed by ``steps`` (sync ``cycle``)."""
+
+    cycle: Count
+    steps: Count
+
+
+class ParamsReduced(Message, frozen=True, tag="params_reduced"):
+    """Sync ``cycle``'s all-reduce is done, or failed with ``error``."""
+
+    cycle: Count
+    error: str | None = None
+
+
+class JoinGroup(Message, frozen=True, tag="join_group"):
+    """Form the process group ``session`` describes."""
+
+    session: NewNcclSession
+
+
+class GroupJoined(Message, frozen=True, tag="group_joined"):
+    """The group of attempt ``attempt`` is formed, or ``error`` says why not."""
+
+    attempt: Count
+    error: str | None = None
+
+
+class NewGroupId(Message, frozen=True, tag="new_group_id"):
+    """Make the id of a new group (attempt ``attempt``)."""
+
+    attempt: Count
+
+
+class GroupIdMade(Message, frozen=True, tag="group_id_made"):
+    """The id ``NewGroupId`` asked for (``uid``), or ``error``."""
+
+    attempt: Count
+    uid: bytes | None = None
+    error: str | None = None
+
+
+class AbortComm(Message, frozen=True, tag="abort_comm"):
+    """Abort the communicator: a collective waiting on a dead peer returns at once."""
+
+
 ControlMsg = Union[
     StartEpoch,
     ExtendPartition,
@@ -208,4 +279,13 @@ ControlMsg = Union[
     JoinAccepted,
     JoinRejected,
     WriteMeta,
+    TrainBatch,
+    BatchTrained,
+    AllReduceParams,
+    ParamsReduced,
+    JoinGroup,
+    GroupJoined,
+    NewGroupId,
+    GroupIdMade,
+    AbortComm,
 ]

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import os
+import pathlib
+import subprocess
+import sys
 
 import pytest
 from conftest import TESTS
@@ -16,9 +19,9 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 TESTS_DIR = str(TESTS)
 
 
-def test_two_actor_workers_train_and_leave_cleanly() -> None:
+def test_two_actor_workers_train_and_leave_cleanly(tmp_path: pathlib.Path) -> None:
     env = {"PYTHONPATH": TESTS_DIR + os.pathsep + os.environ.get("PYTHONPATH", "")}
-    with ActorSystem(run_id="gw") as system:
+    with ActorSystem(run_id="gw", record=str(tmp_path)) as system:
         inbox = system.inbox("main")
         system.spawn(Coordinator(world_size=2, run_id="gw", num_epochs=3, dataset_size=512, batch_size=32,
                                  sync_every=4, form_group=True, metrics_sink="main", tick_interval=0.2,
@@ -39,6 +42,16 @@ def test_two_actor_workers_train_and_leave_cleanly() -> None:
     assert any(isinstance(x, m.EvalBroadcast) for x in seen)
     assert seen[-1] == m.Down(name="coordinator", reason=m.DownReason.EXITED)
     assert codes == [0, 0]
+    # Both ranks replay exactly with files, shared memory and CUDA sealed off, and without a model:
+    # their training steps and all-reduces ran in the adapter, whose replies are in the log.
+    sealed = subprocess.run([sys.executable, str(TESTS / "_replay_sealed.py"), str(tmp_path),
+                             "worker/0=_actors:LinearWorker", "worker/1=_actors:LinearWorker"],
+                            capture_output=True, text=True, timeout=120,
+                            env={**os.environ, **env, "PYTHONDONTWRITEBYTECODE": "1"})
+    assert sealed.returncode == 0, sealed.stdout + sealed.stderr[-3000:]
+    lines = dict(line.split(": ", 1) for line in sealed.stdout.splitlines())
+    assert set(lines) == {"coordinator", "worker/0", "worker/1"}, sealed.stdout
+    assert all(v.endswith(" 0 divergences") for v in lines.values()), sealed.stdout
 
 
 def test_one_batch_per_handler_so_control_interleaves() -> None:
@@ -105,3 +118,40 @@ def test_a_failed_all_reduce_is_reported_at_once() -> None:
     out = [s.message for s in h.deliver(m.SyncNow(cycle=1), sender="coordinator")]
     assert out == [m.SessionFailed(rank=0, attempt=3,
                                    reason="collective failed: all_reduce failed: connection reset by peer")]
+
+
+def test_training_steps_and_collectives_run_in_the_adapter_and_control_waits_for_the_batch() -> None:
+    """The actor's handlers never train: a replay of a rank needs no model, no data, no group."""
+    from _actors import LinearWorker
+
+    h = ActorHarness(LinearWorker(rank=0, world_size=1, run_id="r", batch_size=100), name="worker/0",
+                     peers=["coordinator"], effects=False)
+    h.start()
+    assert not hasattr(h.actor, "model")  # setup() is the adapter's
+    h.deliver(m.JoinAccepted(rank=0, world_size=1), sender="coordinator", correlation_id=1, is_reply=True)
+    h.deliver(m.StartEpoch(epoch=0, partition_offset=0, partition_size=250), sender="coordinator")
+    io = "worker/0/io"
+    out = h.deliver(m.Throttle(), sender="worker/0")
+    assert [(s.target, s.message) for s in out] == [(io, m.TrainBatch(start=0, stop=100))]
+    assert h.deliver(m.SyncNow(cycle=1), sender="coordinator") == []  # waits for the batch
+    assert h.deliver(m.BatchTrained(start=0, stop=100, loss=0.5, batch_ms=3.0), sender="coordinator") == []
+    out = [(s.target, s.message) for s in h.deliver(m.BatchTrained(start=0, stop=100, loss=0.5, batch_ms=3.0),
+                                                     sender=io)]
+    assert [type(msg).__name__ for _, msg in out] == ["Batch", "Throttle", "AllReduceParams"]
+    assert out[0][1].batch_ms == 3.0 and out[2] == (io, m.AllReduceParams(cycle=1, steps=1))
+    out = [s.message for s in h.deliver(m.ParamsReduced(cycle=1), sender=io)]
+    assert out == [m.SyncAck(rank=0, step_count=1)]
+
+
+def test_a_failed_training_step_is_an_error_naming_the_batch() -> None:
+    h = _joined_worker()
+
+    def broken(indices: range) -> float:
+        raise RuntimeError("CUDA out of memory")
+
+    h.actor.train_batch = broken  # type: ignore[method-assign]
+    h.deliver(m.StartEpoch(epoch=0, partition_offset=0, partition_size=250), sender="coordinator")
+    import pytest as _pytest
+
+    with _pytest.raises(Exception, match="training batch 0-100 failed: RuntimeError: CUDA out of memory"):
+        h.deliver(m.Throttle(), sender="worker/0")

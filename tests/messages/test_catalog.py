@@ -49,7 +49,10 @@ PINNED_TAGS = {
 PINNED_SINCE = {"RankExited": "rank_exited", "RelayReport": "relay_report", "ReserveRing": "reserve_ring",
                 "RingReserved": "ring_reserved", "PackPull": "pack_pull", "PullPacked": "pull_packed",
                 "WritePull": "write_pull", "PullWritten": "pull_written", "DigestState": "digest_state",
-                "StateDigest": "state_digest", "WriteMeta": "write_meta"}
+                "StateDigest": "state_digest", "WriteMeta": "write_meta",
+                "TrainBatch": "train_batch", "BatchTrained": "batch_trained", "AllReduceParams": "all_reduce_params",
+                "ParamsReduced": "params_reduced", "JoinGroup": "join_group", "GroupJoined": "group_joined",
+                "NewGroupId": "new_group_id", "GroupIdMade": "group_id_made", "AbortComm": "abort_comm"}
 
 
 def test_tags_are_pinned() -> None:
