@@ -10,7 +10,7 @@ plane) and :mod:`actorwire.actors.weights` (weight transfer); the test kit in
 
 from __future__ import annotations
 
-from actorwire.actors.runtime._actor import Actor, handler
+from actorwire.actors.runtime._actor import Actor, EffectsAdapter, effects_name, handler
 from actorwire.actors.runtime._context import Context
 from actorwire.actors.runtime._inbox import Inbox, Received
 from actorwire.actors.runtime._launch import ActorSpec, ChildProcess, attach
@@ -33,7 +33,7 @@ from actorwire.transport import (
 
 __all__ = [
     "Actor", "handler", "Context", "ActorSystem", "Inbox", "Received", "RuntimeConfig", "ActorSpec",
-    "ChildProcess", "attach", "replay", "ReplayReport",
+    "ChildProcess", "attach", "replay", "ReplayReport", "EffectsAdapter", "effects_name",
     "ActorwireError", "DeliveryError", "UnknownActor", "ActorDead", "AskTimeout", "BackpressureTimeout",
     "WouldBlock", "RemoteError", "UnexpectedReply", "SystemClosed", "JoinRefused",
 ]

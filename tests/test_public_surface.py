@@ -26,6 +26,10 @@ PUBLIC = {
         "Shutdown", "ShutdownWithSave", "StartEpoch", "SyncAck", "SyncFailed", "SyncNow", "TensorRef",
         "Throttle", "TimerFired", "TimingMsg", "UnknownMessage", "UsageError", "WeightMsg", "decode",
         "decode_message", "describe", "encode", "encode_message", "example", "json_schema", "message_type",
+        # effects: what an actor tells its adapter, and what it hears back (decision 0017)
+        "ReserveRing", "RingReserved", "PackPull", "PullPacked", "WritePull", "PullWritten", "DigestState",
+        "StateDigest", "WriteMeta", "TrainBatch", "BatchTrained", "AllReduceParams", "ParamsReduced", "JoinGroup",
+        "GroupJoined", "NewGroupId", "GroupIdMade", "AbortComm",
     },
     "actorwire.messages.runtime": {
         "Ack", "AckEntry", "Hello", "NodeExiting", "NodeHeartbeat", "NodeInfo", "Refused", "Register",
@@ -53,7 +57,7 @@ PUBLIC = {
         "Actor", "ActorDead", "ActorSpec", "ActorSystem", "ActorwireError", "AskTimeout",
         "BackpressureTimeout", "ChildProcess", "Context", "DeliveryError", "Inbox", "JoinRefused", "Received",
         "RemoteError", "ReplayReport", "RuntimeConfig", "SystemClosed", "UnexpectedReply", "UnknownActor",
-        "WouldBlock", "attach", "handler", "replay",
+        "WouldBlock", "attach", "handler", "replay", "EffectsAdapter", "effects_name",
     },
     "actorwire.actors.control": {
         "Coordinator", "CoordinatorConfig", "GpuWorker", "Plan", "Relay", "Worker", "WorkerError",

@@ -574,8 +574,8 @@ class Node:
         if self._closing:
             raise SystemClosed("the actor system is closing")
         node_id = self._routes.get(target) or self.lookup(target)
-        wait = self.config.scaled(self.config.send_timeout if timeout is None else timeout)
         if node_id == self.node_id:
+            wait = self.config.scaled(self.config.send_timeout if timeout is None else timeout)
             deliver = self._local.get(target)
             if deliver is None:
                 raise ActorDead(target, DownReason.EXITED, "it stopped")
@@ -599,6 +599,7 @@ class Node:
                 block = False  # the I/O thread returns the credit it would wait for: never wait there
             if not block:
                 raise WouldBlock(f"{target!r} has {pair.window} unhandled messages from {sender!r}")
+            wait = self.config.scaled(self.config.send_timeout if timeout is None else timeout)
             self._wait_credit(pair, target, type(message).wire_tag(), wait)
         # Numbering and queueing in one step: a rehome renumbers under the same lock.  Explicit
         # acquire/release (profile of bench bus: `with pair.lock` was 6% of the sending process,

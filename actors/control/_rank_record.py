@@ -27,6 +27,7 @@ import msgspec
 
 from actorwire.actors.control._rank import RankProtocol, Send
 from actorwire.messages import AnyMessage, Envelope, Message
+from actorwire.transport._errors import InvalidArgument
 from actorwire.transport.recording import Call, Clock, Effect, In, LogHeader, Out, SegmentWriter, row
 
 #: The header's ``actor_class`` for a rank's protocol log.
@@ -163,7 +164,7 @@ def replay_protocol(header: LogHeader, records: list[Any]) -> tuple[int, list[tu
     try:
         protocol = RankProtocol(**header.config)
     except TypeError as exc:
-        raise ValueError(f"the recorded config does not build RankProtocol: {exc}") from None
+        raise InvalidArgument(f"the recorded config does not build RankProtocol: {exc}") from None
     effects: dict[int, list[str]] = {}
     clocks: dict[int, float] = {}
     inputs: list[Any] = []

@@ -264,10 +264,7 @@ def replay(
     if header.actor_class == PROTOCOL_CLASS and actor_factory is None and actor_class is None:
         if until is not None or stop_before is not None:
             raise InvalidArgument(f"{header.actor} is a rank's protocol log: --until and --break step actors only")
-        try:
-            count, found = replay_protocol(header, records)
-        except ValueError as exc:
-            raise InvalidArgument(str(exc)) from None
+        count, found = replay_protocol(header, records)
         return ReplayReport(header.actor, header.actor_class, count,
                             [Divergence(i, kind, want, got, []) for i, kind, want, got in found], notes)
     instance = actor_factory(header) if actor_factory else build_actor(header, actor_class)
