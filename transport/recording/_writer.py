@@ -1,19 +1,9 @@
-"""Appending one actor's records to its segments (the format is in ``_schema``).
-
-The recording thread encodes and frames; one thread per process does the file writes. A
-write out of a file buffer releases the GIL, and in a busy process taking it back waits for the
-switch interval (5 ms): on the sender of ``bench record`` that was the gap between recorded and
-unrecorded throughput. Handing the bytes over costs a queue put.
-"""
+"""Appending one actor's records to its segments (the format is in ``_schema``)."""
 
 from __future__ import annotations
 
-import atexit
 import pathlib
-import queue
-import threading
 import zlib
-from collections.abc import Callable
 from typing import Any
 
 import msgspec
@@ -28,55 +18,6 @@ from actorwire.transport.recording._schema import (
 )
 
 _encoder = msgspec.msgpack.Encoder()
-
-
-class _Disk:
-    """The process's file writes for every segment writer, in the order they were asked for."""
-
-    def __init__(self) -> None:
-        self._queue: queue.SimpleQueue[tuple[Callable[..., Any], tuple[Any, ...], threading.Event | None]] = (
-            queue.SimpleQueue())
-        self._thread: threading.Thread | None = None
-        self._lock = threading.Lock()
-        self._failed = False
-
-    def submit(self, fn: Callable[..., Any], *args: Any) -> None:
-        if self._thread is None:
-            with self._lock:
-                if self._thread is None:
-                    self._thread = threading.Thread(target=self._run, name="actorwire recording writer", daemon=True)
-                    self._thread.start()
-        self._queue.put((fn, args, None))
-
-    def wait(self, timeout: float = 30.0) -> None:
-        """Block until everything submitted so far is written."""
-        if self._thread is None:
-            return
-        done = threading.Event()
-        self._queue.put((_nothing, (), done))
-        done.wait(timeout)
-
-    def _run(self) -> None:
-        while True:
-            fn, args, done = self._queue.get()
-            try:
-                fn(*args)
-            except Exception as exc:  # a full disk: said once, and the run goes on unrecorded
-                if not self._failed:
-                    self._failed = True
-                    from actorwire.transport._log import get_logger
-
-                    get_logger().error("recording write failed; later records may be lost", error=str(exc))
-            if done is not None:
-                done.set()
-
-
-def _nothing() -> None:
-    pass
-
-
-_DISK = _Disk()
-atexit.register(_DISK.wait, 10.0)  # what was handed over is on disk before the process ends
 
 
 class SegmentWriter:
@@ -107,7 +48,7 @@ class SegmentWriter:
         self._index_file = open(path.with_suffix(".awidx"), "ab")  # noqa: SIM115
         self._pos = self._file.tell()
         header = _encoder.encode(msgspec.structs.replace(self._header, segment=segment))
-        _DISK.submit(self._file.write, MAGIC + FRAME.pack(len(header), zlib.crc32(header)) + header)
+        self._file.write(MAGIC + FRAME.pack(len(header), zlib.crc32(header)) + header)
         self._pos += len(MAGIC) + FRAME.size + len(header)
         self.path = path
 
@@ -133,8 +74,8 @@ class SegmentWriter:
         if not pending:
             return
         payload = _encoder.encode(pending)  # a list: one msgpack array, the block
-        _DISK.submit(self._index_file.write, INDEX.pack(self._pos, self._block_index, self._block_wall))
-        _DISK.submit(self._file.write, FRAME.pack(len(payload), zlib.crc32(payload)) + payload)
+        self._index_file.write(INDEX.pack(self._pos, self._block_index, self._block_wall))
+        self._file.write(FRAME.pack(len(payload), zlib.crc32(payload)) + payload)
         self._pos += FRAME.size + len(payload)
         self._pending = []
         self._block_index = self._block_wall = 0
@@ -142,22 +83,19 @@ class SegmentWriter:
             self._open(self._segment + 1)
 
     def flush(self) -> None:
-        """Hand the current block over and have the files flushed (without waiting for it)."""
         if self._file is not None:
             self._emit()
-            _DISK.submit(self._file.flush)
-            _DISK.submit(self._index_file.flush)
+            self._file.flush()
+            self._index_file.flush()
 
     def close(self) -> None:
-        """Write out everything and close the files; returns once it is on disk."""
         if self._file is not None:
             self._emit()
         self._close_files()
-        _DISK.wait()
 
     def _close_files(self) -> None:
         if self._file is not None:
-            _DISK.submit(self._file.close)
-            _DISK.submit(self._index_file.close)
+            self._file.close()
+            self._index_file.close()
             self._file = None
             self._index_file = None
