@@ -42,8 +42,9 @@ class SegmentWriter:
         self._close_files()
         self._segment = segment
         path = self.directory / f"seg-{segment:06d}.awlog"
-        # A large buffer: each write out of it releases the GIL, and getting it back can cost a
-        # busy process milliseconds (profile of bench record: 12% of the recorded sender).
+        # Each write out of this buffer is a syscall in the recording thread: about a tenth of the
+        # recorded sender in bench record (0.80 of unrecorded with writes stubbed out, 0.73 with).
+        # Neither an 8 MiB buffer nor a writer thread did better.
         self._file = open(path, "ab", buffering=1 << 20)  # noqa: SIM115 - closed in close()
         self._index_file = open(path.with_suffix(".awidx"), "ab")  # noqa: SIM115
         self._pos = self._file.tell()
