@@ -67,10 +67,28 @@ def run_demo(args: argparse.Namespace) -> int:
         print(f"actorwire demo: --kill-rank must be between 0 and {workers - 1}, got {args.kill_rank}")
         return 2
     at_start = args.at_epoch == "start"
-    at_epoch = None if at_start else _epoch_arg(args.at_epoch)
-    if not at_start and (at_epoch is None or not 0 <= at_epoch < epochs):
-        print(f"actorwire demo: --at-epoch must be 'start' or between 0 and {epochs - 1}, got {args.at_epoch}")
-        return 2
+    if args.at_epoch is None:  # not given: the kill (if any) lands in epoch 1, or 0 in a one-epoch run
+        at_epoch: int | None = min(1, epochs - 1)
+    else:
+        at_epoch = None if at_start else _epoch_arg(args.at_epoch)
+        if args.kill_rank is None:
+            print("actorwire demo: --at-epoch says when --kill-rank kills; give --kill-rank too")
+            return 2
+        if not at_start and (at_epoch is None or not 0 <= at_epoch < epochs):
+            print(f"actorwire demo: --at-epoch must be 'start' or between 0 and {epochs - 1}, got {args.at_epoch}")
+            return 2
+    if args.record is not None:
+        import pathlib
+
+        where = pathlib.Path(args.record)
+        if where.exists() and not where.is_dir():
+            print(f"actorwire demo: --record {args.record}: not a directory")
+            return 2
+        try:
+            where.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            print(f"actorwire demo: --record {args.record}: cannot create it ({exc.strerror})")
+            return 2
     min_world = getattr(args, "min_world_size", None) or 1
     if min_world > workers:
         print(f"actorwire demo: --min-world-size must be at most --workers ({workers}), got {min_world}")

@@ -217,10 +217,12 @@ def _row(actor: str, record: Any) -> dict[str, Any]:
     if isinstance(record, In):
         env = record.envelope
         row = {"wall_ns": record.wall_ns, "actor": actor, "dir": "in", "peer": env.sender, "seq": env.seq,
-               "correlation_id": env.correlation_id, "index": record.index}
+               "correlation_id": env.correlation_id, "index": record.index,
+               "asker": actor if env.is_reply else env.sender}
     else:
         row = {"wall_ns": record.wall_ns, "actor": actor, "dir": record.how, "peer": record.target,
-               "seq": record.seq, "correlation_id": record.correlation_id, "index": record.index}
+               "seq": record.seq, "correlation_id": record.correlation_id, "index": record.index,
+               "asker": record.target if record.how == "reply" else actor}
     row["kind"] = type(message).wire_tag()
     row["message"] = msgspec.to_builtins(message)
     return row
@@ -231,10 +233,12 @@ _COLORS = {"in": "\033[32m", "tell": "\033[36m", "ask": "\033[35m", "reply": "\0
 
 def cmd_show(args: argparse.Namespace) -> int:
     where = Where(args.where) if args.where else None
+    corr_asker, corr_id = _corr(args.corr)  # a bad filter is said before anything is read
     progress = _Progress(sum(file_size(s) for s in _segments(args.paths).values()), "reading")
     color = sys.stdout.isatty() and not args.json and not os.environ.get("NO_COLOR")
     first: int | None = None
     shown = 0
+    askers: set[str] = set()
     try:
         for actor, record in merged(args.paths, skip_corrupt=args.skip_corrupt, progress=progress):
             first = first if first is not None else record.wall_ns
@@ -247,8 +251,11 @@ def cmd_show(args: argparse.Namespace) -> int:
             if args.kind and kind not in args.kind and type(record.message).__name__ not in args.kind:
                 continue
             row = _row(actor, record)
-            if args.corr is not None and row["correlation_id"] != args.corr:
-                continue
+            if corr_id is not None:
+                # An id names an ask only with its asker: every asker numbers its own.
+                if row["correlation_id"] != corr_id or corr_asker is not None and row["asker"] != corr_asker:
+                    continue
+                askers.add(row["asker"])
             if where is not None:
                 fields = {**row["message"], "actor": actor, "peer": row["peer"], "kind": kind,
                           "seq": row["seq"], "correlation_id": row["correlation_id"], "t": t}
@@ -268,9 +275,26 @@ def cmd_show(args: argparse.Namespace) -> int:
             print(line)
     finally:
         progress.close()
+    if len(askers) > 1:
+        note(f"correlation id {corr_id} was used by {len(askers)} askers ({', '.join(sorted(askers))}): these are "
+             f"different asks; pick one with --corr ASKER:{corr_id}")
+    if not shown:
+        note("no record matched the filters")
+        return 1
     if not args.json:
         print(f"({shown} records)", file=sys.stderr)
     return 0
+
+
+def _corr(text: str | None) -> tuple[str | None, int | None]:
+    """``--corr ID`` or ``--corr ASKER:ID``."""
+    if text is None:
+        return None, None
+    asker, _, number = text.rpartition(":")
+    try:
+        return asker or None, int(number)
+    except ValueError:
+        raise WhereError(f"--corr takes ID or ASKER:ID (an integer id), got {text!r}") from None
 
 
 # -- stats ---------------------------------------------------------------------
@@ -622,7 +646,8 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("--kind", action="append", metavar="KIND", help="only these kinds (tag or class)")
     p.add_argument("--since", type=float, metavar="S", help="seconds after the first record")
     p.add_argument("--until", type=float, metavar="S", help="seconds after the first record")
-    p.add_argument("--corr", type=int, metavar="ID", help="only this correlation id")
+    p.add_argument("--corr", metavar="[ASKER:]ID",
+                   help="only this ask and its reply (ids are per asker: ASKER:ID picks one asker's)")
     p.add_argument("--where", metavar="EXPR", help="e.g. 'rank == 3 and batch_ms > 50'")
     p.set_defaults(func=lambda a: run_guarded(cmd_show, a))
 

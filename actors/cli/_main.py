@@ -9,7 +9,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
+import typing
 from collections.abc import Sequence
 
 from actorwire import __version__, messages
@@ -21,9 +23,14 @@ def _cmd_messages(args: argparse.Namespace) -> int:
         return 0
     kinds = messages.describe()
     if args.kind:
+        known = [k.kind for k in kinds] + [k.name for k in kinds]
         kinds = [k for k in kinds if k.kind == args.kind or k.name == args.kind]
         if not kinds:
-            print(f"actorwire messages: no message kind named {args.kind!r}", file=sys.stderr)
+            import difflib
+
+            close = difflib.get_close_matches(args.kind, known, n=3, cutoff=0.5)
+            hint = f"; closest: {', '.join(close)}" if close else "; `actorwire messages` lists them all"
+            print(f"actorwire messages: no message kind named {args.kind!r}{hint}", file=sys.stderr)
             return 2
     family = None
     for info in kinds:
@@ -121,13 +128,40 @@ def _positive(text: str) -> int:
     return value
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse, with a usage error as one line (and exit 2) instead of the usage block."""
+
+    def error(self, message: str) -> typing.NoReturn:
+        self.exit(2, f"{self.prog}: {message} (see {self.prog} --help)\n")
+
+
+def _non_negative(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {text!r}")
+    return value
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
+    if not value > 0 or value == float("inf"):
+        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text!r}")
+    return value
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="actorwire",
         description="Typed, replayable actors on ZeroMQ for GPU training and inference clusters.",
     )
     parser.add_argument("--version", action="version", version=f"actorwire {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True, parser_class=_Parser)
 
     p = sub.add_parser("messages", help="list every message kind with its fields")
     p.add_argument("kind", nargs="?", help="show only this kind (tag or class name)")
@@ -167,8 +201,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--workers", type=_positive, default=3, help="worker processes (default 3)")
     p.add_argument("--epochs", type=_positive, default=4, help="epochs (default 4)")
     p.add_argument("--kill-rank", type=int, metavar="R", help="SIGKILL this worker during --at-epoch")
-    p.add_argument("--at-epoch", default="1", metavar="E",
-                   help="epoch of the kill (default 1), or 'start': before the worker has joined")
+    p.add_argument("--at-epoch", default=None, metavar="E",
+                   help="epoch of the kill (default 1, or 0 in a one-epoch run), or 'start': before the worker "
+                        "has joined")
     p.add_argument("--min-world-size", type=_positive, metavar="N",
                    help="the fewest workers the run starts with (default 1: it goes on with whoever is left)")
     p.add_argument("--record", metavar="DIR", help="record every actor's messages into DIR")
@@ -188,3 +223,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except BrokenPipeError:  # `actorwire messages | head`: the reader has what it wanted
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # so that the flush at exit does not fail again
+        return 0

@@ -110,6 +110,8 @@ def cmd_coordinator(args: argparse.Namespace) -> int:
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    from actorwire.actors.cli._main import _non_negative, _positive, _seconds
+
     p = sub.add_parser("keygen", help="write a CURVE key pair for tcp (DIR/NAME.key and DIR/NAME.key_secret)")
     p.add_argument("dir", help="the keys directory (created 0700)")
     p.add_argument("--name", default="node", help="key name (default node; ACTORWIRE_KEY_NAME picks it)")
@@ -117,19 +119,19 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-a
 
     p = sub.add_parser("coordinator", help="run a coordinator that workers on other hosts join over tcp")
     p.add_argument("--bind", required=True, metavar="tcp://HOST:PORT", help="where workers connect")
-    p.add_argument("--world-size", type=int, help="number of workers (default: WORLD_SIZE or SLURM_NTASKS)")
+    p.add_argument("--world-size", type=_positive, help="number of workers (default: WORLD_SIZE or SLURM_NTASKS)")
     p.add_argument("--run-id", help="run id (default: TORCHELASTIC_RUN_ID or SLURM_JOB_ID, else random)")
-    p.add_argument("--epochs", type=int, default=1)
-    p.add_argument("--dataset-size", type=int, required=True, help="samples per epoch, split among workers")
-    p.add_argument("--batch-size", type=int, default=32)
-    p.add_argument("--sync-every", type=int, default=8, help="batches between all-reduces")
+    p.add_argument("--epochs", type=_positive, default=1)
+    p.add_argument("--dataset-size", type=_positive, required=True, help="samples per epoch, split among workers")
+    p.add_argument("--batch-size", type=_positive, default=32)
+    p.add_argument("--sync-every", type=_positive, default=8, help="batches between all-reduces")
     p.add_argument("--backend", choices=["gloo", "nccl"], default="gloo")
-    p.add_argument("--join-timeout", type=float, default=120.0, help="seconds to wait for every worker")
-    p.add_argument("--staleness-timeout", type=float, default=30.0, help="a silent worker is dead after this")
+    p.add_argument("--join-timeout", type=_seconds, default=120.0, help="seconds to wait for every worker")
+    p.add_argument("--staleness-timeout", type=_seconds, default=30.0, help="a silent worker is dead after this")
     p.add_argument("--save-stem", help="where ShutdownWithSave writes <stem>.meta.json")
-    p.add_argument("--eval-every", type=int, default=0, metavar="N",
+    p.add_argument("--eval-every", type=_non_negative, default=0, metavar="N",
                    help="ask the fastest rank for an eval every N epochs, and a final one (default 0: never; "
                         "the workers need an eval function)")
-    p.add_argument("--min-world-size", type=int, metavar="N",
+    p.add_argument("--min-world-size", type=_positive, metavar="N",
                    help="the fewest workers the run starts with (default 1)")
     p.set_defaults(func=cmd_coordinator)

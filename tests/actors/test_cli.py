@@ -94,3 +94,56 @@ def test_bench_record_runs_end_to_end(tmp_path) -> None:
     doc = json.loads(out.read_text())
     assert [r["name"] for r in doc["results"]] == ["record.tell.ipc", "record.read"]
     assert doc["results"][0]["baseline"] > 0 and doc["results"][1]["value"] > 0
+
+
+# Bad invocations: one line naming the mistake, exit 2, never a traceback (issue 18's table, so far).
+BAD = [
+    (["coordinator", "--bind", "tcp://127.0.0.1:0", "--dataset-size", "-5", "--world-size", "2"],
+     "argument --dataset-size: expected a positive integer, got '-5'"),
+    (["coordinator", "--bind", "tcp://127.0.0.1:0", "--dataset-size", "8", "--world-size", "0"],
+     "argument --world-size: expected a positive integer, got '0'"),
+    (["coordinator", "--bind", "tcp://127.0.0.1:0", "--dataset-size", "8", "--epochs", "0"],
+     "argument --epochs: expected a positive integer, got '0'"),
+    (["coordinator", "--bind", "tcp://127.0.0.1:0", "--dataset-size", "8", "--join-timeout", "nan"],
+     "argument --join-timeout: expected a positive number of seconds, got 'nan'"),
+    (["demo", "--at-epoch", "2"], "--at-epoch says when --kill-rank kills; give --kill-rank too"),
+    (["messages", "free_grup"], "no message kind named 'free_grup'; closest: free_group"),
+    (["replay", "/nonexistent/run"], "/nonexistent/run: no such file or directory"),
+    (["log", "show", "/nonexistent/run", "--corr", "x"], "--corr takes ID or ASKER:ID"),
+    (["bench", "bus", "--messages", "0"], "argument --messages: expected a positive integer, got '0'"),
+]
+
+
+@pytest.mark.parametrize(("argv", "says"), BAD, ids=[" ".join(a[:2]) + f" #{i}" for i, (a, _) in enumerate(BAD)])
+def test_bad_invocations_are_one_line(argv: list[str], says: str) -> None:
+    proc = subprocess.run([sys.executable, "-m", "actorwire", *argv], capture_output=True, text=True, timeout=60)
+    out = proc.stderr + proc.stdout
+    assert proc.returncode in (1, 2), out
+    assert "Traceback" not in out
+    assert says in out
+    assert len([line for line in out.splitlines() if line.strip()]) == 1, out
+
+
+def test_demo_record_into_a_file_or_an_impossible_path(tmp_path) -> None:
+    file = tmp_path / "file"
+    file.write_text("")
+    for path, says in ((file, "not a directory"), (file / "sub", "cannot create it")):
+        proc = subprocess.run([sys.executable, "-m", "actorwire", "demo", "--record", str(path)],
+                              capture_output=True, text=True, timeout=60)
+        out = proc.stderr + proc.stdout
+        assert proc.returncode == 2 and says in out and "Traceback" not in out, out
+
+
+def test_a_closed_pipe_ends_quietly() -> None:
+    proc = subprocess.run(f"{sys.executable} -m actorwire messages | head -1", shell=True, capture_output=True,
+                          text=True, timeout=60)
+    assert proc.stdout.strip() == "" or proc.stdout.count("\n") == 1
+    assert "BrokenPipe" not in proc.stderr and "Traceback" not in proc.stderr, proc.stderr
+
+
+def test_a_demo_of_one_epoch_needs_no_at_epoch() -> None:
+    from actorwire.actors.cli._demo import run_demo
+    from actorwire.actors.cli._main import build_parser
+
+    args = build_parser().parse_args(["demo", "--epochs", "1", "--kill-rank", "5"])
+    assert run_demo(args) == 2  # refused for the rank, not for an --at-epoch nobody gave

@@ -229,3 +229,31 @@ def test_a_tell_that_found_its_target_dead_replays_as_it_ran(tmp_path: pathlib.P
         assert system.ask("notifier", m.SyncNow(cycle=2), timeout=10) == m.SyncAck(rank=0, step_count=1)
     report = replay(tmp_path, actor="notifier", actor_class="_actors:Notifier")
     assert (report.messages, report.divergences) == (2, [])
+
+
+def test_corr_names_an_ask_with_its_asker(tmp_path: pathlib.Path) -> None:
+    """Correlation ids are numbered per process: ``--corr N`` alone matched asks of two askers."""
+    env = {**os.environ, "PYTHONPATH": TESTS_DIR + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    with ActorSystem(record=str(tmp_path)) as system:
+        inbox = system.inbox("main")
+        system.spawn(Echo(), "echo")
+        system.spawn(Roller(rounds=3), "roller")
+        system.spawn_process({"roller2": "_actors:Roller"}, config={"roller2": {"rounds": 3}}, env=env)
+        for _ in range(6):
+            assert inbox.get(timeout=20) is not None
+
+    def show(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "actorwire", "log", "show", str(tmp_path), "--json", *args],
+                              capture_output=True, text=True, env=env, timeout=60)
+
+    rows = [json.loads(line) for line in show("--kind", "lr_update").stdout.splitlines()]
+    ids = {a: {r["correlation_id"] for r in rows if r["asker"] == a} for a in ("roller", "roller2")}
+    shared = min(ids["roller"] & ids["roller2"])
+    both = show("--corr", str(shared))
+    assert f"correlation id {shared} was used by 2 askers (roller, roller2)" in both.stderr
+    one = show("--corr", f"roller2:{shared}")
+    picked = [json.loads(line) for line in one.stdout.splitlines()]
+    assert one.returncode == 0 and {r["asker"] for r in picked} == {"roller2"}
+    assert {r["dir"] for r in picked} == {"ask", "in", "reply"}
+    none = show("--corr", f"nobody:{shared}")
+    assert none.returncode == 1 and "no record matched the filters" in none.stderr
