@@ -463,6 +463,11 @@ class Node:
             os.unlink(self._ipc_path)
         except FileNotFoundError:
             pass
+        if self.is_root:  # the run's socket directory goes with the root (a live member's socket keeps it)
+            try:
+                os.rmdir(os.path.dirname(self._ipc_path))
+            except OSError:
+                pass
 
     # ------------------------------------------------------------------
     # Names (any thread)

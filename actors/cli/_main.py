@@ -207,6 +207,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--min-world-size", type=_positive, metavar="N",
                    help="the fewest workers the run starts with (default 1: it goes on with whoever is left)")
     p.add_argument("--record", metavar="DIR", help="record every actor's messages into DIR")
+    p.add_argument("--keep", action="store_true", help="keep the run's checkpoints (in a temp dir, named at the end)")
     p.add_argument("--backend", choices=["gloo", "nccl"], default="gloo",
                    help="all-reduce backend: gloo on the CPU (default), or nccl with one GPU per worker")
     p.set_defaults(func=_cmd_demo)
@@ -223,6 +224,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)
         return 130
+    except messages.UsageError as exc:  # a setting or an argument the library refused: one line, not a traceback
+        print(f"actorwire {args.command}: {exc}", file=sys.stderr)
+        return 2
     except BrokenPipeError:  # `actorwire messages | head`: the reader has what it wanted
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())  # so that the flush at exit does not fail again

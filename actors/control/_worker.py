@@ -109,6 +109,7 @@ class Worker:
         self.log = get_logger(role="worker", rank=self.rank)
         self.name = _names.worker(self.rank)
         self.inbox = self.system.inbox(self.name)
+        self.system._retitle(self.name)  # ps shows `actorwire worker/<rank> (...)`
         self._finished = False
         self.system.wait_for(coordinator, timeout=join_timeout)
         signature = model_signature if model_signature is not None else _model_signature(model)

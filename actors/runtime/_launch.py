@@ -145,23 +145,24 @@ class ChildProcess:
 
 
 def first_host(nodelist: str) -> str:
-    """The first host of a SLURM node list: ``gpu[03-05,9],cpu1`` -> ``gpu03``."""
+    """The first host of a SLURM node list: ``gpu[03-05,9],cpu1`` -> ``gpu03``,
+    ``rack[1-2]-node[01-04]`` -> ``rack1-node01``.
+
+    Parsed by python-hostlist, which follows SLURM's syntax (suffixes after a range, several
+    ranges in one name, zero padding); the hand parser it replaced read both of those wrong.
+    """
+    import hostlist  # only where SLURM launched us
+
     nodelist = nodelist.strip()
     if not nodelist:
         raise InvalidArgument("empty SLURM node list")
-    head = ""
-    depth = 0
-    for ch in nodelist:  # the first comma outside brackets ends the first group
-        if ch == "," and depth == 0:
-            break
-        depth += ch == "["
-        depth -= ch == "]"
-        head += ch
-    if "[" not in head:
-        return head
-    prefix, rest = head.split("[", 1)
-    first = rest.rstrip("]").split(",")[0].split("-")[0]
-    return prefix + first
+    try:
+        hosts = hostlist.expand_hostlist(nodelist)
+    except hostlist.BadHostlist as exc:
+        raise InvalidArgument(f"bad SLURM node list {nodelist!r}: {exc}") from None
+    if not hosts:
+        raise InvalidArgument(f"SLURM node list {nodelist!r} names no host")
+    return str(hosts[0])
 
 
 class LaunchEnv(msgspec.Struct, frozen=True):

@@ -381,6 +381,7 @@ class ActorSystem:
         self._timers = Timers()
         self._children: list[ChildProcess] = []
         self._proctitle = proctitle
+        self._title_lead: str | None = None
         self._idle = threading.Condition()
         try:
             self._node.start(join_timeout)
@@ -424,9 +425,21 @@ class ActorSystem:
         self._node.add_local(name, cell.deliver, deliver_many=cell.deliver_many)
         self._cells[name] = cell
         cell.thread.start()
-        if self._proctitle:
-            set_process_title(sorted(self._cells))
+        self._retitle()
         return name
+
+    def _retitle(self, lead: str | None = None) -> None:
+        """``ps`` names what this process is for: ``lead`` first (a Worker's rank), then its actors
+        (adapters left out: they serve an actor already named)."""
+        if lead is not None:
+            self._title_lead = lead
+        if not self._proctitle:
+            return
+        adapters = {c.adapter for c in self._cells.values() if c.adapter}
+        names = [n for n in sorted(self._cells) if n not in adapters and n != self._title_lead]
+        if self._title_lead:
+            names = [self._title_lead, *([f"({' '.join(names)})"] if names else [])]
+        set_process_title(names)
 
     def spawn_process(
         self,

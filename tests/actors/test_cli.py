@@ -147,3 +147,17 @@ def test_a_demo_of_one_epoch_needs_no_at_epoch() -> None:
 
     args = build_parser().parse_args(["demo", "--epochs", "1", "--kill-rank", "5"])
     assert run_demo(args) == 2  # refused for the rank, not for an --at-epoch nobody gave
+
+
+def test_a_setting_the_library_refuses_is_one_line(tmp_path) -> None:
+    import os
+
+    deep = tmp_path / ("d" * 90)
+    deep.mkdir(mode=0o700)
+    os.chmod(deep, 0o700)
+    proc = subprocess.run([sys.executable, "-m", "actorwire", "demo", "--workers", "1", "--epochs", "1"],
+                          capture_output=True, text=True, timeout=60,
+                          env={**os.environ, "ACTORWIRE_RUNTIME_DIR": str(deep)})
+    out = proc.stderr + proc.stdout
+    assert proc.returncode == 2 and "Traceback" not in out, out
+    assert "is too long; set ACTORWIRE_RUNTIME_DIR to a shorter directory" in out

@@ -7,6 +7,7 @@ import pathlib
 import re
 import subprocess
 import sys
+from collections.abc import Iterator
 
 import pytest
 from conftest import TESTS
@@ -94,3 +95,33 @@ def test_too_few_ranks_to_start_ends_the_run_with_one_line_naming_the_rank() -> 
     assert proc.returncode == 1, proc.stdout + proc.stderr[-3000:]
     assert "the run cannot go on (too_few_ranks): rank 1 killed by signal 9 before it joined" in proc.stdout
     assert _epochs(proc.stdout) == []
+
+
+@pytest.fixture
+def short_tmp() -> Iterator[pathlib.Path]:
+    import shutil
+    import tempfile
+
+    path = pathlib.Path(tempfile.mkdtemp(prefix="aw", dir="/tmp"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+def test_the_demo_leaves_no_temp_or_socket_dir_behind(short_tmp: pathlib.Path) -> None:
+    """After an afternoon of demos: 49 actorwire-demo-* temp dirs and 232 empty run dirs."""
+    tmp_path = short_tmp  # ipc socket paths must stay short
+    env = {**os.environ, "TMPDIR": str(tmp_path / "tmp"), "ACTORWIRE_RUNTIME_DIR": str(tmp_path / "run")}
+    (tmp_path / "tmp").mkdir()
+    (tmp_path / "run").mkdir()
+    os.chmod(tmp_path / "run", 0o700)
+    proc = subprocess.run([sys.executable, "-m", "actorwire", "demo", "--workers", "2", "--epochs", "1"],
+                          capture_output=True, text=True, timeout=170, env=env)
+    assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+    assert "removed at exit (--keep keeps them)" in proc.stdout
+    assert not [p for p in (tmp_path / "tmp").iterdir() if p.name.startswith("actorwire-demo-")]
+    assert [list(d.iterdir()) for d in (tmp_path / "run").iterdir()] == [[]]  # actorwire-<uid>/, empty
+    kept = subprocess.run([sys.executable, "-m", "actorwire", "demo", "--workers", "2", "--epochs", "1", "--keep"],
+                          capture_output=True, text=True, timeout=170, env=env)
+    assert kept.returncode == 0
+    (where,) = [line.split("under ", 1)[1] for line in kept.stdout.splitlines() if "checkpoints kept under" in line]
+    assert pathlib.Path(where).is_dir()

@@ -369,3 +369,31 @@ def test_registering_from_a_member_under_a_tiny_switch_interval(system: ActorSys
     finally:
         sys.setswitchinterval(old)
         member.shutdown()
+
+
+def test_the_process_title_names_what_the_process_is_for() -> None:
+    """ps showed a Worker's process as `actorwire weights/r0/producer/0`: the rank comes first now."""
+    import subprocess
+    import sys
+
+    code = """
+import setproctitle
+from actorwire.actors import Actor, ActorSystem, EffectsAdapter
+
+class Io(EffectsAdapter):
+    pass
+
+class WithIo(Actor):
+    def effects(self, name):
+        return Io(name)
+
+with ActorSystem(proctitle=True) as system:
+    system.spawn(WithIo(), "weights/r3/producer/0")
+    print(setproctitle.getproctitle())
+    system._retitle("worker/3")
+    print(setproctitle.getproctitle())
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.splitlines() == ["actorwire weights/r3/producer/0",
+                                       "actorwire worker/3 (weights/r3/producer/0)"]

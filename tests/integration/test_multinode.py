@@ -19,9 +19,19 @@ TRAIN = ROOT / "examples" / "multinode" / "train.py"
 @pytest.mark.parametrize("nodelist, host", [
     ("gpu07", "gpu07"), ("gpu[03-05,9],cpu1", "gpu03"), ("a1,b2", "a1"), ("n[12,4]", "n12"),
     ("rack1-n[001-128]", "rack1-n001"),
+    # What the hand parser read wrong: a suffix after the range, and two ranges in one name.
+    ("node[01-04]-ib", "node01-ib"), ("rack[1-2]-node[01-04]", "rack1-node01"), ("gpu[9,03-05]", "gpu9"),
 ])
 def test_first_host_of_a_slurm_node_list(nodelist: str, host: str) -> None:
     assert first_host(nodelist) == host
+
+
+@pytest.mark.parametrize("nodelist", ["", "gpu[03-", "n[5-1]"])
+def test_a_bad_slurm_node_list_is_one_clear_error(nodelist: str) -> None:
+    from actorwire.transport._errors import InvalidArgument
+
+    with pytest.raises(InvalidArgument, match="SLURM node list"):
+        first_host(nodelist)
 
 
 def test_torchrun_environment() -> None:
