@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import pathlib
 import re
 import sys
@@ -54,3 +55,32 @@ def test_doc_console_examples_run(page: pathlib.Path, tmp_path: pathlib.Path) ->
     proc = subprocess.run(["bash", "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True,
                           timeout=220)
     assert proc.returncode == 0, f"{page.name}: {proc.stdout[-2000:]}{proc.stderr[-3000:]}"
+
+
+FLAG = re.compile(r"(?<![\w-])(--[a-z][a-z0-9-]*)")
+
+
+@pytest.mark.parametrize("page", sorted((ROOT / "docs" / "cli").glob("*.md")), ids=lambda p: p.name)
+def test_every_flag_a_cli_page_names_is_in_the_commands_help(page: pathlib.Path) -> None:
+    """docs/cli and --help must agree: a documented flag the command does not have is a lie."""
+    from actorwire.actors.cli._main import build_parser
+
+    command = page.stem
+    parser = build_parser()
+    sub = next(a for a in parser._actions if isinstance(a, argparse._SubParsersAction))
+    helps = [sub.choices[command].format_help()]
+    for action in sub.choices[command]._actions:  # `log show`, `log stats`, ...
+        if isinstance(action, argparse._SubParsersAction):
+            helps += [p.format_help() for p in action.choices.values()]
+    known = set(FLAG.findall("\n".join(helps))) | {"--help", "--version"}
+    text = page.read_text()
+    # Flags of other commands that a page mentions in passing, written as `actorwire OTHER --flag`.
+    named = {f for line in text.splitlines() if f"actorwire {command}" in line or "actorwire" not in line
+             for f in FLAG.findall(line)}
+    unknown = sorted(named - known - _ELSEWHERE)
+    assert not unknown, f"docs/cli/{page.name} names {unknown}, which `actorwire {command} --help` lacks"
+
+
+#: Flags a cli page may name that belong to something else (pytest, a launcher, python).
+_ELSEWHERE = {"--nproc-per-node", "--nnodes", "--node-rank", "--master-addr", "--rdzv-endpoint", "--ntasks",
+              "--nodes", "--standalone"}
