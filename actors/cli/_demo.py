@@ -107,68 +107,72 @@ def run_demo(args: argparse.Namespace) -> int:
     try:
         dataset = 3072
         with ActorSystem(record=args.record) as system:
-            run_id = system.run_id
-            inbox = system.inbox("main")
-            system.spawn(Coordinator(world_size=workers, run_id=system.run_id, num_epochs=epochs, dataset_size=dataset,
-                                     batch_size=32, sync_every=8, eval_every=2, checkpoint_every=2, form_group=True,
-                                     metrics_sink="main", save_stem=f"{save_dir}/run", tick_interval=0.5,
-                                     staleness_timeout=10.0, join_timeout=45.0, min_world_size=min_world), "coordinator")
-            inbox.watch("coordinator")
-            consumers = _spawn_consumers(system, workers)
-            env = {"DEMO_DATASET": str(dataset), "DEMO_SAVE_STEM": f"{save_dir}/run",
-                   "ACTORWIRE_WORLD_SIZE": str(workers), "DEMO_BACKEND": backend}
-            # The coordinator is told when a worker's process exits, also before it has joined.
-            children = {rank: system.launch([sys.executable, "-m", "actorwire.actors.cli._demo_train"], rank=rank, env=env,
-                                            watcher="coordinator")
-                        for rank in range(workers)}
-            print(f"run {system.run_id}: coordinator here, {workers} workers "
-                  f"(pids {', '.join(str(c.pid) for c in children.values())}), {epochs} epochs, {backend} all-reduce")
-            print(f"{'epoch':>5}  {'loss':>8}  {'mse':>8}  {'ms':>7}  samples per rank")
-            kill_at = at_epoch if args.kill_rank is not None else None
-            killed = None
-            killed_at = 0.0
-            if args.kill_rank is not None and at_start:  # it is still importing torch: it cannot have joined
-                children[args.kill_rank].kill()
-                killed, killed_at = args.kill_rank, time.monotonic()
-                print(f"   -- SIGKILLed rank {killed} at start, before it joined")
-            handed_over: list[int] = []
-            ended: m.ShutdownWithSave | None = None
-            finished: set[int] = set()
-            joined = 0
-            while True:
-                got = inbox.get(timeout=60)
-                if got is None:
-                    print("the run stalled: no news from the coordinator for 60 s")
-                    return 1
-                msg = got.message
-                if isinstance(msg, m.StartEpoch) and msg.epoch == kill_at and killed is None:
-                    time.sleep(0.15)  # let the epoch get under way (an epoch lasts about 0.3 s)
-                    children[args.kill_rank].kill()  # type: ignore[index]
+            try:
+                run_id = system.run_id
+                inbox = system.inbox("main")
+                system.spawn(Coordinator(world_size=workers, run_id=system.run_id, num_epochs=epochs, dataset_size=dataset,
+                                         batch_size=32, sync_every=8, eval_every=2, checkpoint_every=2, form_group=True,
+                                         metrics_sink="main", save_stem=f"{save_dir}/run", tick_interval=0.5,
+                                         staleness_timeout=10.0, join_timeout=45.0, min_world_size=min_world), "coordinator")
+                inbox.watch("coordinator")
+                consumers = _spawn_consumers(system, workers)
+                env = {"DEMO_DATASET": str(dataset), "DEMO_SAVE_STEM": f"{save_dir}/run",
+                       "ACTORWIRE_WORLD_SIZE": str(workers), "DEMO_BACKEND": backend}
+                # The coordinator is told when a worker's process exits, also before it has joined.
+                children = {rank: system.launch([sys.executable, "-m", "actorwire.actors.cli._demo_train"], rank=rank, env=env,
+                                                watcher="coordinator")
+                            for rank in range(workers)}
+                print(f"run {system.run_id}: coordinator here, {workers} workers "
+                      f"(pids {', '.join(str(c.pid) for c in children.values())}), {epochs} epochs, {backend} all-reduce")
+                print(f"{'epoch':>5}  {'loss':>8}  {'mse':>8}  {'ms':>7}  samples per rank")
+                kill_at = at_epoch if args.kill_rank is not None else None
+                killed = None
+                killed_at = 0.0
+                if args.kill_rank is not None and at_start:  # it is still importing torch: it cannot have joined
+                    children[args.kill_rank].kill()
                     killed, killed_at = args.kill_rank, time.monotonic()
-                    print(f"   -- SIGKILLed rank {killed} during epoch {kill_at}")
-                elif isinstance(msg, m.JoinAccepted):
-                    joined += 1
-                    print(f"   rank {msg.rank} joined ({joined}/{msg.world_size})")
-                elif isinstance(msg, m.ExtendPartition):
-                    handed_over.append(msg.partition_size)
-                    if len(handed_over) == 1:
-                        after = f" {time.monotonic() - killed_at:.2f} s after the kill" if killed is not None else ""
-                        print(f"   -- a rank was lost during epoch {msg.epoch}{after}; the samples it had not "
-                              f"trained go to the survivors:")
-                    print(f"      {msg.partition_size} samples from {msg.partition_offset} to a survivor")
-                elif isinstance(msg, m.ShutdownWithSave):
-                    ended = msg
-                    print(f"the run cannot go on ({msg.reason.value}): {msg.detail}")
-                elif isinstance(msg, m.EpochMetrics):
-                    finished.add(msg.epoch)
-                    samples = " ".join(f"{s:>5}" for s in msg.per_rank_samples)
-                    mse = msg.scalars.get("mse", math.nan)
-                    print(f"{msg.epoch:>5}  {msg.avg_loss:>8.4f}  {mse:>8.4f}  {msg.epoch_ms:>7.1f}  {samples}")
-                elif isinstance(msg, m.EvalBroadcast):
-                    print(f"   eval after epoch {msg.epoch}: validation mse {msg.metric:.4f}")
-                elif isinstance(msg, m.Down) and msg.name == "coordinator":
-                    break
-            codes = {rank: _reap(child, 30.0 if ended is None else 5.0) for rank, child in children.items()}
+                    print(f"   -- SIGKILLed rank {killed} at start, before it joined")
+                handed_over: list[int] = []
+                ended: m.ShutdownWithSave | None = None
+                finished: set[int] = set()
+                joined = 0
+                while True:
+                    got = inbox.get(timeout=60)
+                    if got is None:
+                        print("the run stalled: no news from the coordinator for 60 s")
+                        return 1
+                    msg = got.message
+                    if isinstance(msg, m.StartEpoch) and msg.epoch == kill_at and killed is None:
+                        time.sleep(0.15)  # let the epoch get under way (an epoch lasts about 0.3 s)
+                        children[args.kill_rank].kill()  # type: ignore[index]
+                        killed, killed_at = args.kill_rank, time.monotonic()
+                        print(f"   -- SIGKILLed rank {killed} during epoch {kill_at}")
+                    elif isinstance(msg, m.JoinAccepted):
+                        joined += 1
+                        print(f"   rank {msg.rank} joined ({joined}/{msg.world_size})")
+                    elif isinstance(msg, m.ExtendPartition):
+                        handed_over.append(msg.partition_size)
+                        if len(handed_over) == 1:
+                            after = f" {time.monotonic() - killed_at:.2f} s after the kill" if killed is not None else ""
+                            print(f"   -- a rank was lost during epoch {msg.epoch}{after}; the samples it had not "
+                                  f"trained go to the survivors:")
+                        print(f"      {msg.partition_size} samples from {msg.partition_offset} to a survivor")
+                    elif isinstance(msg, m.ShutdownWithSave):
+                        ended = msg
+                        print(f"the run cannot go on ({msg.reason.value}): {msg.detail}")
+                    elif isinstance(msg, m.EpochMetrics):
+                        finished.add(msg.epoch)
+                        samples = " ".join(f"{s:>5}" for s in msg.per_rank_samples)
+                        mse = msg.scalars.get("mse", math.nan)
+                        print(f"{msg.epoch:>5}  {msg.avg_loss:>8.4f}  {mse:>8.4f}  {msg.epoch_ms:>7.1f}  {samples}")
+                    elif isinstance(msg, m.EvalBroadcast):
+                        print(f"   eval after epoch {msg.epoch}: validation mse {msg.metric:.4f}")
+                    elif isinstance(msg, m.Down) and msg.name == "coordinator":
+                        break
+                codes = {rank: _reap(child, 30.0 if ended is None else 5.0) for rank, child in children.items()}
+            except KeyboardInterrupt:  # the children are in their own process group: end them here
+                system.interrupt()
+                raise
         lost = [r for r, c in codes.items() if c != 0]
         synced = ", ".join(f"rank {r}: {c.syncs_done}" for r, c in consumers.items())
         print(f"weights synced to one consumer per rank after every epoch, each checked bit-exact ({synced})")

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import signal
 import subprocess
 import sys
 import threading
@@ -90,7 +91,10 @@ class ChildProcess:
                              rank=rank, takeover=takeover)
             argv = [sys.executable, "-m", "actorwire.actors.runtime._child", msgspec.json.encode(spec).decode()]
         self._log = get_logger(child=self.node_id, actors=self.names or argv[-1])
-        self.process = subprocess.Popen(argv, env=child_env, stdin=subprocess.DEVNULL)
+        # A process group of its own: a Ctrl-C at the terminal reaches the parent, which ends its
+        # children itself (quietly), instead of every child printing its own KeyboardInterrupt.
+        self.process = subprocess.Popen(argv, env=child_env, stdin=subprocess.DEVNULL, start_new_session=True)
+        self._quiet = False
         self._system = system
         #: Told ``(node id, status)`` the moment the process exits (the system reports its actors down).
         self._on_exit = on_exit
@@ -108,18 +112,34 @@ class ChildProcess:
     def _watch(self) -> None:
         code = self.process.wait()
         if code != 0:
-            self._log.warning("child process exited", status=code)
+            if not self._quiet:
+                self._log.warning("child process exited", status=code)
             from actorwire.transport.planes._shm import sweep
 
-            swept = sweep(self.process.pid)  # its resource tracker may have died with it
+            swept = sweep(self.process.pid)  # it died before unlinking its segments
             if swept:
                 self._log.info("unlinked the shared memory a dead child left", segments=len(swept))
-        if self._on_exit is None:
+        if self._on_exit is None or self._quiet:
             return
         try:
             self._on_exit(self.node_id, code)
         except Exception:  # the system may be closing
             pass
+
+    def freeze(self) -> None:
+        """SIGSTOP the child, and report nothing of its end from now on (see ``interrupt``)."""
+        self._quiet = True
+        if self.process.poll() is None:
+            self.process.send_signal(signal.SIGSTOP)
+
+    def interrupt(self) -> None:
+        """End the child now, as a Ctrl-C of the whole run would (SIGTERM, then SIGCONT should it
+        be frozen), and say nothing of it: neither a warning nor a death reported to watchers;
+        its shared memory is swept."""
+        self._quiet = True
+        if self.process.poll() is None:
+            self.process.terminate()
+            self.process.send_signal(signal.SIGCONT)
 
     def kill(self) -> None:
         """SIGKILL the child (for tests and fault injection)."""

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import subprocess
 import threading
 import time
 import uuid
@@ -266,6 +267,13 @@ class _Cell:
             try:
                 if not dispatch(actor, message, ctx):
                     self._reply_unhandled(message, envelope, source)
+            except SystemClosed as exc:  # the system closed under the handler: the actor stops, no fault
+                error = exc
+                if not self.system._closed:
+                    self._failed(exc, message, envelope, source)
+                else:
+                    self.log.debug("the system closed while a handler ran", kind=type(message).wire_tag())
+                    self.stopping = True
             except Exception as exc:
                 error = exc
                 self._failed(exc, message, envelope, source)
@@ -689,6 +697,21 @@ class ActorSystem:
             child.stop(self.config.scaled(timeout))
 
     close = shutdown
+
+    def interrupt(self, timeout: float = 5.0) -> None:
+        """Ctrl-C of a run this process launched: end every child now (SIGTERM) and quietly, then
+        shut down without waiting for them to leave cleanly."""
+        children, self._children = self._children, []
+        for child in children:  # frozen first: they log nothing about this node going away
+            child.freeze()
+        self.shutdown(timeout=1.0, clean=False)  # then this node, sockets first: nothing left to judge them
+        for child in children:
+            child.interrupt()
+        for child in children:
+            try:
+                child.wait(timeout)
+            except subprocess.TimeoutExpired:
+                child.kill()
 
     def __enter__(self) -> ActorSystem:
         return self

@@ -125,3 +125,38 @@ def test_the_demo_leaves_no_temp_or_socket_dir_behind(short_tmp: pathlib.Path) -
     assert kept.returncode == 0
     (where,) = [line.split("under ", 1)[1] for line in kept.stdout.splitlines() if "checkpoints kept under" in line]
     assert pathlib.Path(where).is_dir()
+
+
+def test_ctrl_c_ends_the_demo_and_its_workers_with_one_line(short_tmp: pathlib.Path) -> None:
+    """A Ctrl-C printed about 75 lines of worker tracebacks and left shared memory to the tracker."""
+    import signal
+
+    env = {**os.environ, "TMPDIR": str(short_tmp)}
+    proc = subprocess.Popen([sys.executable, "-m", "actorwire", "demo"], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True, env=env)
+    assert proc.stdout is not None
+    lines = []
+    try:
+        for line in proc.stdout:  # bounded by the test's timeout
+            lines.append(line)
+            if line.startswith("    0 "):  # training: every worker joined and one epoch is done
+                break
+        pids = [int(p) for p in re.search(r"pids ([\d, ]+)\)", lines[0]).group(1).split(", ")]  # type: ignore[union-attr]
+        os.killpg(proc.pid, signal.SIGINT)  # what the terminal sends its foreground group
+        rest = proc.stdout.read()
+        assert proc.wait(60) == 130
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+        proc.stdout.close()
+    tail = [line for line in rest.splitlines() if line.strip() and not re.match(r"^\s+(\d+ |eval )", line)]
+    assert tail == ["interrupted"], rest
+    for pid in pids:
+        try:
+            os.kill(pid, 0)
+            raise AssertionError(f"worker {pid} still runs")
+        except ProcessLookupError:
+            pass
+    assert not [n for n in os.listdir("/dev/shm") if any(n.startswith((f"aw{p}_", f"aws{p}_")) for p in pids)]
+    assert not [p for p in short_tmp.iterdir() if p.name.startswith("actorwire-demo-")]

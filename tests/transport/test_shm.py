@@ -91,7 +91,7 @@ def test_close_unlinks_the_segments() -> None:
 CHILD = """
 import sys, torch
 from actorwire.transport.planes._shm import ShmExporter
-e = ShmExporter(slot_bytes=1 << 20, prefix=sys.argv[1])
+e = ShmExporter(slot_bytes=1 << 20)
 _, refs = e.export({"x": torch.ones(100)})
 print(refs["x"].handle.decode(), flush=True)
 sys.stdin.readline()
@@ -100,9 +100,11 @@ sys.stdin.readline()
 
 @pytest.mark.timeout(60)
 def test_a_dead_owner_leaks_no_segment() -> None:
-    prefix = f"awtest{os.getpid()}"
-    proc = subprocess.Popen([sys.executable, "-c", CHILD, prefix], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                            text=True)
+    """The owner unlinks; after a SIGKILL its launcher's sweep does, and no resource tracker warns."""
+    from actorwire.transport.planes._shm import sweep
+
+    proc = subprocess.Popen([sys.executable, "-c", CHILD], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
     try:
         assert proc.stdout is not None
         name = proc.stdout.readline().strip()
@@ -120,11 +122,10 @@ def test_a_dead_owner_leaks_no_segment() -> None:
         assert path.exists()  # the reader exiting did not unlink the owner's segment
         proc.send_signal(signal.SIGKILL)
         proc.wait(10)
-        for _ in range(200):  # the owner's resource tracker unlinks it (bounded wait)
-            if not path.exists():
-                break
-            subprocess.run(["sleep", "0.05"])
+        assert path.exists()  # no resource tracker unlinked it behind our back
+        assert sweep(proc.pid) == [name]  # what the launcher that watched it does
         assert not path.exists()
+        assert proc.stderr is not None and "leaked" not in proc.stderr.read()
     finally:
         stop_process(proc)
 

@@ -63,7 +63,7 @@ class ServeRing:
         size = max(nbytes, 16)
         if self.plane is Plane.SHM:
             shm = shared_memory.SharedMemory(name=f"{self._prefix}-{consumer_id}-{index}", create=True, size=size)
-            _shm._CREATED.add(shm.name)
+            _shm.own(shm)
             base = torch.frombuffer(shm.buf, dtype=torch.uint8, count=size)
             return _Slot(base, shm.name.encode(), "cpu", shm)
         if self.plane is Plane.CUDA_IPC:
@@ -121,10 +121,7 @@ class ServeRing:
                     slot.keep.close()
                 except BufferError:
                     pass
-                try:
-                    slot.keep.unlink()
-                except FileNotFoundError:
-                    pass
+                _shm.unlink(slot.keep)
             elif isinstance(slot.keep, int) and self._server is not None:
                 self._server.unregister(slot.keep)
 

@@ -10,9 +10,10 @@ Ownership
   views straight onto the mapping: reading the tensor copies nothing.
 * A segment's name is gone once the exporter unlinks it; a mapping stays valid
   until the importer drops it (POSIX semantics), so "released when the last
-  user frees it" holds.  If the exporter dies, Python's resource tracker
-  unlinks its segments.  If the tracker dies with it (a job kill takes the
-  whole process group), the launcher that watched the process does: segment
+  user frees it" holds.  Segments are not left to Python's resource tracker
+  (it would unlink them at exit with a "leaked shared_memory" warning in the
+  middle of the user's output, and dies with a job kill anyway): if the
+  exporter dies, the launcher that watched the process unlinks them: segment
   names carry the creator's pid (``aw<pid>_...``, ``aws<pid>_...``), and
   :func:`sweep` unlinks those of a process that is gone.  Where no actorwire
   launcher watched (torchrun, SLURM), the next process of this user on the
@@ -29,6 +30,7 @@ exits (bpo-39959); the importer unregisters right after attaching.
 
 from __future__ import annotations
 
+import _posixshmem  # type: ignore[import-not-found]
 import itertools
 import os
 import re
@@ -134,7 +136,7 @@ class ShmExporter:
         shm = shared_memory.SharedMemory(
             name=f"{self.prefix}-{slot}", create=True, size=max(nbytes, self.slot_bytes if nbytes else 1))
         self._slots[slot] = shm
-        _CREATED.add(shm.name)
+        own(shm)
         return slot
 
     def export(self, tensors: dict[str, Any]) -> tuple[int, dict[str, TensorRef]]:
@@ -168,10 +170,7 @@ class ShmExporter:
         self._closed = True
         for shm in self._slots.values():
             shm.close()
-            try:
-                shm.unlink()
-            except FileNotFoundError:
-                pass
+            unlink(shm)
         self._slots.clear()
 
     def __enter__(self) -> ShmExporter:
@@ -183,6 +182,22 @@ class ShmExporter:
 
 #: Segments created by exporters of this process.
 _CREATED: set[str] = set()
+
+
+def unlink(shm: shared_memory.SharedMemory) -> None:
+    """Unlink a segment of ours (``SharedMemory.unlink`` would unregister it from the resource
+    tracker a second time, and the tracker prints a traceback for that)."""
+    _CREATED.discard(shm.name)
+    try:
+        _posixshmem.shm_unlink(shm._name)  # type: ignore[attr-defined]
+    except FileNotFoundError:
+        pass
+
+
+def own(shm: shared_memory.SharedMemory) -> None:
+    """A segment this process created: its owner unlinks it (on close; after a crash, ``sweep``)."""
+    _CREATED.add(shm.name)
+    resource_tracker.unregister(shm._name, "shared_memory")  # type: ignore[attr-defined]
 
 #: Every mapping this process opened, by segment name.  Global on purpose: a
 #: view must stay valid even if the importer that made it is garbage-collected
@@ -208,7 +223,7 @@ class ShmImporter:
                 shm = shared_memory.SharedMemory(name=name)
             except FileNotFoundError:
                 raise BadHandle(f"shared-memory slot {name!r} is gone (released or its owner died)") from None
-            if name not in _CREATED:  # our own segment stays registered: its exporter unlinks it
+            if name not in _CREATED:  # attaching registered it (bpo-39959); our own ones are not registered
                 resource_tracker.unregister(shm._name, "shared_memory")  # type: ignore[attr-defined]
             _MAPPED[name] = shm
         self._opened.add(name)
