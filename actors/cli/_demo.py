@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import shutil
 import subprocess
 import sys
@@ -60,6 +61,17 @@ def _reap(child: ChildProcess, grace: float) -> int:
         except subprocess.TimeoutExpired:
             child.kill()
             return child.wait()
+
+
+def _cli() -> str:
+    """How to run the `actorwire` command from here: the name if PATH finds this interpreter's
+    script, else the script's path (relative when it is under the current directory)."""
+    script = os.path.join(os.path.dirname(sys.executable), "actorwire")
+    found = shutil.which("actorwire")
+    if found and os.path.realpath(found) == os.path.realpath(script):
+        return "actorwire"
+    relative = os.path.relpath(script)
+    return relative if not relative.startswith("..") else script
 
 
 def run_demo(args: argparse.Namespace) -> int:
@@ -180,17 +192,23 @@ def run_demo(args: argparse.Namespace) -> int:
         print(f"lost rank(s): {lost}" if lost else "no rank lost")
         print(f"checkpoints kept under {save_dir}" if args.keep else
               "checkpoints were written to a temp dir, removed at exit (--keep keeps them)")
+        cli = _cli()
         if args.record:
             from actorwire.actors.runtime._record import run_directory
 
             where = run_directory(args.record, run_id)
-            print(f"recorded into {where}: try `actorwire log show {where} --kind epoch_aggregated` or "
-                  f"`actorwire replay {where} --actor coordinator`")
+            print(f"recorded into {where}: try `{cli} log show {where} --kind epoch_aggregated` or "
+                  f"`{cli} replay {where} --actor coordinator`")
         # The outcome is the run's, not the workers': a run that finished with survivors succeeded,
         # whoever killed a rank; one that ended early (or lost an epoch) failed.
         complete = ended is None and finished == set(range(epochs))
         if not complete and ended is None:
             print(f"the run ended after epochs {sorted(finished)} of {epochs}")
+        if cli == "actorwire":
+            print("more: `actorwire --help`")
+        else:  # `make demo` runs the venv's script, which is not on PATH until the venv is active
+            venv = os.path.dirname(os.path.dirname(cli))
+            print(f"more: `{cli} --help` (or `source {venv}/bin/activate` and then `actorwire --help`)")
         return 0 if complete else 1
     finally:
         if not args.keep:  # a temp dir: gone with the demo, however it ended, unless asked

@@ -29,6 +29,8 @@ def test_demo_trains_and_ends_cleanly(tmp_path: pathlib.Path) -> None:
     assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
     (run,) = tmp_path.iterdir()
     assert f"recorded into {run}:" in proc.stdout
+    last = proc.stdout.splitlines()[-1]  # how to run the CLI, also when its venv is not active
+    assert last.startswith("more: `") and "actorwire --help" in last
     # Every recorded actor replays exactly, with files, shared memory and CUDA sealed off.
     sealed = subprocess.run([sys.executable, str(TESTS / "_replay_sealed.py"), str(tmp_path)], capture_output=True,
                             text=True, timeout=120, env={**os.environ, "PYTHONDONTWRITEBYTECODE": "1"})
