@@ -75,6 +75,9 @@ def _cli() -> str:
 
 
 def run_demo(args: argparse.Namespace) -> int:
+    # A progress table: each line as it happens, also into a pipe or a file (`demo | tee run.txt`).
+    if hasattr(sys.stdout, "reconfigure"):
+        sys.stdout.reconfigure(line_buffering=True)
     workers, epochs = args.workers, args.epochs
     if args.kill_rank is not None and not 0 <= args.kill_rank < workers:
         print(f"actorwire demo: --kill-rank must be between 0 and {workers - 1}, got {args.kill_rank}")
