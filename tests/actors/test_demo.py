@@ -135,8 +135,11 @@ def test_ctrl_c_ends_the_demo_and_its_workers_with_one_line(short_tmp: pathlib.P
 
     env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}  # the demo flushes its lines itself
     env["TMPDIR"] = str(short_tmp)
+    # A shell without job control starts background commands with SIGINT ignored, and Python then
+    # installs no KeyboardInterrupt: give the demo the disposition a terminal's foreground job has.
     proc = subprocess.Popen([sys.executable, "-m", "actorwire", "demo", "--epochs", "8"], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True, env=env)
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True, env=env,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     assert proc.stdout is not None
     lines = []
     try:
