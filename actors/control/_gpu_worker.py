@@ -34,7 +34,7 @@ from typing import Any
 
 from actorwire.actors.control import _rank
 from actorwire.actors.control._rank import Effect, RankProtocol
-from actorwire.actors.control._rank_ops import run_checkpoint, run_eval, weighted_average
+from actorwire.actors.control._rank_ops import all_reduce, form_group, new_group_id, run_checkpoint, run_eval
 from actorwire.actors.runtime._actor import Actor, EffectsAdapter, effects_name, handler
 from actorwire.actors.runtime._context import Context
 from actorwire.messages import (
@@ -72,7 +72,7 @@ from actorwire.messages import (
     TrainBatch,
 )
 from actorwire.transport import ActorDead, UnknownActor
-from actorwire.transport.comm import CommError, Communicator
+from actorwire.transport.comm import Communicator
 
 _FROM_COORDINATOR = (StartEpoch, ExtendPartition, SyncNow, SetGlobalStep, SetEpochCallbackRole, EpochAggregated,
                      EvalBroadcast, ExecuteEval, Checkpoint, RequestNewNcclId, NewNcclSession, DeclareDead,
@@ -363,36 +363,22 @@ class GpuWorkerEffects(EffectsAdapter):
     def on_all_reduce(self, msg: AllReduceParams, ctx: Context) -> None:
         if not self.obeys(ctx):
             return
-        error = None
-        params, comm = self.worker.parameters(), self.worker.comm
-        if params and comm is not None:
-            try:
-                weighted_average(comm, params, msg.steps)
-            except CommError as exc:
-                error = str(exc)
+        error = all_reduce(self.worker.comm, self.worker.parameters(), msg.steps)
         ctx.tell(self.owner, ParamsReduced(cycle=msg.cycle, error=error))
 
     @handler
     def on_join_group(self, msg: JoinGroup, ctx: Context) -> None:
         if not self.obeys(ctx):
             return
-        error = None
-        comm, s = self.worker.comm, msg.session
-        if comm is not None:
-            try:
-                comm.init(s.uid, s.new_rank, s.new_world_size)
-            except CommError as exc:  # any error forming a group is a formation failure, said
-                error = str(exc)
-        ctx.tell(self.owner, GroupJoined(attempt=s.attempt, error=error))
+        error = form_group(self.worker.comm, msg.session)
+        ctx.tell(self.owner, GroupJoined(attempt=msg.session.attempt, error=error))
 
     @handler
     def on_new_group_id(self, msg: NewGroupId, ctx: Context) -> None:
         if not self.obeys(ctx) or self.worker.comm is None:
             return  # no group to form here: the coordinator asks another rank
-        try:
-            ctx.tell(self.owner, GroupIdMade(attempt=msg.attempt, uid=self.worker.comm.new_unique_id()))
-        except CommError as exc:
-            ctx.tell(self.owner, GroupIdMade(attempt=msg.attempt, error=str(exc)))
+        uid, error = new_group_id(self.worker.comm)
+        ctx.tell(self.owner, GroupIdMade(attempt=msg.attempt, uid=uid, error=error))
 
     @handler
     def on_abort(self, msg: AbortComm, ctx: Context) -> None:

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from actorwire.actors.control import _rank
-from actorwire.messages import Checkpoint, CheckpointResult, EvalResult, ExecuteEval
+from actorwire.messages import Checkpoint, CheckpointResult, EvalResult, ExecuteEval, NewNcclSession
 from actorwire.transport.comm import CommError, Communicator
 
 
@@ -28,6 +28,36 @@ def weighted_average(comm: Communicator, params: list[Any], steps: int) -> None:
         total = float(buf[-1])
         if total > 0:
             vector_to_parameters(buf[:-1] / total, params)
+
+
+def all_reduce(comm: Communicator | None, params: list[Any], steps: int) -> str | None:
+    """The work-weighted all-reduce, or nothing without parameters or a group; the error, if any."""
+    if not params or comm is None:
+        return None
+    try:
+        weighted_average(comm, params, steps)
+    except CommError as exc:
+        return str(exc)
+    return None
+
+
+def form_group(comm: Communicator | None, session: NewNcclSession) -> str | None:
+    """Join the group ``session`` describes; any error forming it is a formation failure, said."""
+    if comm is None:
+        return None
+    try:
+        comm.init(session.uid, session.new_rank, session.new_world_size)
+    except CommError as exc:
+        return str(exc)
+    return None
+
+
+def new_group_id(comm: Communicator) -> tuple[bytes | None, str | None]:
+    """A new group's id, or the error making it."""
+    try:
+        return comm.new_unique_id(), None
+    except CommError as exc:
+        return None, str(exc)
 
 
 def run_eval(rank: int, msg: ExecuteEval, fn: Callable[[int], float] | None) -> EvalResult:
@@ -66,30 +96,13 @@ def carry_out(effect: _rank.Effect, protocol: _rank.RankProtocol, comm: Communic
     to its result comes back.  None for the effects the driver carries out itself (``Send``,
     ``Log``, ``Ended``, ``RunEpochFn``): how it talks and leaves is its own."""
     if isinstance(effect, _rank.AllReduce):
-        error = None
-        params = parameters()
-        if params and comm is not None:
-            try:
-                weighted_average(comm, params, effect.steps)
-            except CommError as exc:
-                error = str(exc)
-        return protocol.sync_done(effect.cycle, error, now())
+        return protocol.sync_done(effect.cycle, all_reduce(comm, parameters(), effect.steps), now())
     if isinstance(effect, _rank.FormGroup):
-        error = None
-        if comm is not None:
-            s = effect.session
-            try:
-                comm.init(s.uid, s.new_rank, s.new_world_size)
-            except CommError as exc:  # any error forming a group is a formation failure, said
-                error = str(exc)
-        return protocol.group_formed(effect.session.attempt, error, now())
+        return protocol.group_formed(effect.session.attempt, form_group(comm, effect.session), now())
     if isinstance(effect, _rank.MakeGroupId):
         if comm is None:
             return []  # no group to form here: the coordinator asks another rank
-        try:
-            return protocol.group_id_made(effect.attempt, comm.new_unique_id(), None)
-        except CommError as exc:
-            return protocol.group_id_made(effect.attempt, None, str(exc))
+        return protocol.group_id_made(effect.attempt, *new_group_id(comm))
     if isinstance(effect, _rank.AbortGroup):
         if comm is not None:
             comm.abort()
