@@ -278,8 +278,17 @@ class WeightConsumer(Actor):
 
     @handler
     def on_down(self, msg: Down, ctx: Context) -> None:
-        if msg.name in self.plan.producers and self.active:
+        if msg.name in self.plan.producers and self.active and self._owed_by(self.plan.producers.index(msg.name)):
             self._abort(f"producer {msg.name} went down ({msg.reason.value}) during sync {self.sync_id}", ctx)
+
+    def _owed_by(self, rank: int) -> bool:
+        """Whether a pull from producer ``rank`` is still to be issued or answered in this sync.
+
+        A producer whose part is over may leave while others still serve this consumer: a trainer
+        rank exits after its last sync once every consumer has freed its groups (a test saw rank 1
+        leave while consumer 2 still pulled from rank 0, and the whole sync failed for it)."""
+        return any(chunk.rank == rank for chunk in self.chunks[self.next_chunk:]) or any(
+            chunk.rank == rank for chunk in self.inflight.values())
 
 
 class ModelConsumer(WeightConsumer):

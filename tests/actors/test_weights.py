@@ -376,6 +376,16 @@ def test_a_producer_going_down_aborts_the_sync() -> None:
     assert "weights/producer/1 went down" in next(s.message.reason for s in out if s.target == SENDER)
 
 
+def test_a_producer_that_owes_nothing_more_may_leave_during_the_sync() -> None:
+    h = consumer(wanted=["layers.1.w"])  # its one pull goes to producer 1; producer 0 is only freed
+    ready(h)
+    out = h.deliver(m.BeginSync(sync_id=1, live_consumer_ids=[0]), sender=SENDER)
+    assert pulls(out) == [(P1, 0, ["layers.1.w"])]
+    assert h.down(P0) == []  # its last trainer sync is over: nothing is lost by its exit
+    out = h.down(P1)  # the pull it owes is lost
+    assert "weights/producer/1 went down" in next(s.message.reason for s in out if s.target == SENDER)
+
+
 def test_a_refused_reservation_fails_every_sync() -> None:
     h = consumer()
     h.start()
