@@ -142,6 +142,13 @@ class Codec:
         )
 
     @staticmethod
+    def kind_of_record(record: bytes) -> str:
+        """The kind named in a record made by :meth:`encode_record` (for reports; ``?`` if unreadable)."""
+        kind = _peek(record, lambda raw: raw[1].get(TAG_FIELD) if isinstance(raw, list) and len(raw) == 2
+                     and isinstance(raw[1], dict) else None)
+        return kind if isinstance(kind, str) else "?"
+
+    @staticmethod
     def join_records(records: list[bytes]) -> bytes:
         """A batch frame from records made by :meth:`encode_record`."""
         n = len(records)

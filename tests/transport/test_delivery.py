@@ -19,7 +19,7 @@ def _record(seq: int) -> bytes:
 def _stream(n: int, *, window: int = 8) -> OutStream:
     out = OutStream("sink", "node-b", now=0.0, window=window)
     for seq in range(1, n + 1):
-        out.append(seq, _record(seq), object)
+        out.append(seq, _record(seq))
     return out
 
 
@@ -27,7 +27,7 @@ def test_an_ack_releases_what_was_handled_and_returns_credit() -> None:
     out = _stream(5)
     assert out.in_flight == 5
     assert out.on_ack(received=5, handled=3, now=1.0) == 3
-    assert out.in_flight == 2 and [seq for seq, *_ in out.unacked] == [4, 5]
+    assert out.in_flight == 2 and out.unacked == [_record(4), _record(5)] and out.first == 4
     assert out.on_ack(received=5, handled=3, now=2.0) == 0  # a repeated ack changes nothing
 
 
@@ -62,14 +62,14 @@ def test_the_resend_scan_waits_for_a_sender_holding_the_stream_lock() -> None:
 
     out = OutStream("t", "node-b", now=0.0, window=8)
     for seq in (1, 2):
-        out.append(seq, f"r{seq}".encode(), object)
+        out.append(seq, f"r{seq}".encode())
     result: list[list[bytes]] = []
     out.lock.acquire()  # a sender is between numbering and appending
     scan = threading.Thread(target=lambda: result.append(out.due(now=10.0, after=2.0)))
     scan.start()
     scan.join(timeout=0.2)
     assert scan.is_alive() and not result  # it waits for the sender
-    out.append(3, b"r3", object)
+    out.append(3, b"r3")
     out.lock.release()
     scan.join(timeout=10)
     assert result == [[b"r1", b"r2", b"r3"]]
@@ -148,7 +148,7 @@ class Network(RuleBasedStateMachine):
         payload = f"{self.incarnation}:{self.payloads}".encode()
         seq = self.out.seq + 1
         record = seq.to_bytes(8, "big") + payload
-        self.out.append(seq, record, object)
+        self.out.append(seq, record)
         self.sent[self.incarnation].append(payload)
         self.net.append((self.incarnation, self.out.node_id, seq, record))
 
