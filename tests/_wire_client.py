@@ -116,6 +116,32 @@ class WireClient:
         sock.send_multipart([msgpack.packb(envelope(self.node_id, NODE, 0)), msgpack.packb(body)])
         return sock
 
+    def line(self, endpoint: str, number: int = 1, *, hello_as: str | None = None) -> zmq.Socket:
+        """A line to the node at ``endpoint``: a DEALER whose identity is our node id, the byte 0x1f and
+        ``number``, opened with our hello (``hello_as`` names another node in it).  Asks go out on it
+        as batches, and their replies come back on it."""
+        sock = self.ctx.socket(zmq.DEALER)
+        sock.setsockopt(zmq.LINGER, 0)
+        sock.setsockopt(zmq.IDENTITY, f"{self.node_id}\x1f{number}".encode())
+        sock.connect(endpoint)
+        info = {**self.node_info(), "node_id": hello_as or self.node_id}
+        body = {"type": "hello", "protocol_version": PROTOCOL_VERSION, "run_id": self.run_id, "node": info}
+        sock.send_multipart([msgpack.packb(envelope(self.node_id, NODE, 0)), msgpack.packb(body)])
+        return sock
+
+    def line_ask(self, line: zmq.Socket, sender: str, target: str, body: dict[str, Any],
+                 timeout: float = 10.0) -> dict[str, Any]:
+        """An ask on ``line``; the reply's body, read from the line."""
+        self.corr += 1
+        corr = self.corr
+        line.send(batch((envelope(sender, target, self.next_seq(sender, target), corr), body)))
+        if not line.poll(int(timeout * 1000)):
+            raise TimeoutError(f"no reply to correlation id {corr} on the line within {timeout} s")
+        for env, reply in msgpack.unpackb(line.recv()):
+            if env[5] and env[4] == corr:
+                return reply
+        raise AssertionError("the line answered something else")
+
     def next_seq(self, sender: str, target: str) -> int:
         key = (sender, target)
         self.seq[key] = self.seq.get(key, 0) + 1

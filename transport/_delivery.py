@@ -45,7 +45,7 @@ class OutStream:
     """
 
     __slots__ = ("target", "node_id", "window", "seq", "first", "sent", "handled", "received", "unacked", "lock",
-                 "cond", "waiting", "progress_at", "closed")
+                 "cond", "waiting", "progress_at", "closed", "answered")
 
     def __init__(self, target: str, node_id: str, now: float, window: int) -> None:
         self.target = target
@@ -64,6 +64,9 @@ class OutStream:
         #: Set (under ``lock``) once the target is down: a sender that appended after looking the
         #: stream up sees it and fails, or its record was in ``unacked`` when the failure was reported.
         self.closed = False
+        #: (node, seq): the sending thread's last ask answered by that node.  A reply proves the ask and
+        #: everything before it in the stream handled, before their ack comes (see Node.ask_and_wait).
+        self.answered = ("", 0)
 
     @property
     def in_flight(self) -> int:
@@ -142,7 +145,7 @@ class _InStream:
 class InStreams:
     """Receive state of every stream a node receives, keyed (source node, sender, target)."""
 
-    __slots__ = ("window", "max_streams", "table", "_per_node")
+    __slots__ = ("window", "max_streams", "table", "_per_node", "gaps")
 
     def __init__(self, window: int, max_streams: int = MAX_STREAMS_PER_NODE) -> None:
         self.window = window
@@ -152,6 +155,9 @@ class InStreams:
         # ``accept`` for everything else; nothing else outside this class touches it.
         self.table: dict[tuple[str, str, str], _InStream] = {}
         self._per_node: collections.Counter[str] = collections.Counter()
+        #: Messages that came past the next number of their stream (one before them was lost or is
+        #: still on its way): dropped, to be taken when re-sent.
+        self.gaps = 0
 
     def accept(self, key: tuple[str, str, str], seq: int) -> Verdict:
         stream = self.table.get(key)
@@ -162,7 +168,10 @@ class InStreams:
             self._per_node[source] += 1
             stream = self.table[key] = _InStream()
         if seq != stream.received + 1:
-            return Verdict.DUPLICATE if seq <= stream.received else Verdict.GAP
+            if seq <= stream.received:
+                return Verdict.DUPLICATE
+            self.gaps += 1
+            return Verdict.GAP
         if seq - stream.handled > self.window:
             return Verdict.OVERRUN
         stream.received = seq

@@ -51,7 +51,7 @@ from actorwire.transport._errors import (
 )
 from actorwire.transport._log import get_logger
 from actorwire.transport._mailbox import Mailbox
-from actorwire.transport._node import BlockingReply, Node
+from actorwire.transport._node import Node
 from actorwire.transport._security import Security
 
 R = TypeVar("R", bound=Message)
@@ -621,10 +621,7 @@ class ActorSystem:
 
     def _blocking_ask(self, sender: str, target: str, message: Message, timeout: float | None,
                       expect: type[R] | None) -> Any:
-        waiter = BlockingReply()
-        self._node.ask(sender, target, message, timeout=timeout, on_reply=waiter.on_reply,
-                       on_failure=waiter.on_failure)
-        result = waiter.wait()
+        result = self._node.ask_and_wait(sender, target, message, timeout)
         if expect is not None and not isinstance(result, expect):
             raise UnexpectedReply(target, expect, result)
         return result

@@ -92,6 +92,7 @@ def test_the_receiver_takes_exactly_the_next_number_of_each_stream() -> None:
     assert ins.accept(KEY, 2) is Verdict.ACCEPT
     assert ins.accept(KEY, 2**64 - 1) is Verdict.GAP  # a forged number silences nothing
     assert ins.accept(KEY, 3) is Verdict.ACCEPT
+    assert ins.gaps == 3  # each number past the next is counted
     other = ("node-z", "worker/1", "sink")  # the same names from another incarnation: its own stream
     assert ins.accept(other, 1) is Verdict.ACCEPT
 
