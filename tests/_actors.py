@@ -325,3 +325,23 @@ class Notifier(Actor):
         except ActorDead:
             self.missed += 1
         ctx.reply(m.SyncAck(rank=0, step_count=self.missed))
+
+
+class Prober(Actor):
+    """Watches ``anchor`` and tells it a heartbeat every 0.1 s, as a training rank reports to its
+    coordinator; stops when ``anchor`` goes down (its process then leaves)."""
+
+    def on_start(self, ctx: Context) -> None:
+        ctx.watch("anchor")
+        ctx.start_timer("probe", 0.1, periodic=True)
+
+    @handler
+    def on_timer(self, msg: m.TimerFired, ctx: Context) -> None:
+        try:
+            ctx.tell("anchor", m.Heartbeat(rank=0, step_count=0), timeout=0.5)
+        except Exception:  # noqa: BLE001 - the anchor's Down ends this actor
+            pass
+
+    @handler
+    def on_down(self, msg: m.Down, ctx: Context) -> None:
+        ctx.stop()

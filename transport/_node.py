@@ -113,7 +113,7 @@ from actorwire.transport._liveness import Timing, Watch
 from actorwire.transport._log import get_logger
 from actorwire.transport._membership import HelloRefused, Parking, View
 from actorwire.transport._process import process_alive
-from actorwire.transport._registry import HELD_BY_A_LIVE_NODE, Registry, RegistryError
+from actorwire.transport._registry import HELD_BY_A_LIVE_NODE, REMOVED, Registry, RegistryError
 from actorwire.transport._security import ZAP_ENDPOINT, Security
 from actorwire.transport._settings import settings
 
@@ -397,6 +397,7 @@ class Node:
         self._park_since: float | None = None  # set while parked messages are tried again
         # What was refused, counted per (peer, reason) and logged once each (never once per record).
         self._refusals: collections.Counter[tuple[str, str]] = collections.Counter()
+        self._told_removed: dict[str, float] = {}  # removed nodes told they are out, and when (root)
         self._handled: dict[tuple[str, str, str], int] = {}
         self._handled_count = 0
         self._ack_due: float | None = None
@@ -1547,8 +1548,14 @@ class Node:
             self._root_watch.up()  # the welcome came over it
             self._joined.set()
         elif isinstance(message, Refused):
-            self._join_error = JoinRefused(f"the root refused this process: {message.reason}")
-            self._joined.set()
+            if not self._joined.is_set():
+                self._join_error = JoinRefused(f"the root refused this process: {message.reason}")
+                self._joined.set()
+            elif source == self._root_id and message.reason.startswith(REMOVED):
+                # The root removed this node while it lived (it was stopped, or cut off, past the
+                # grace): nothing it runs counts for the system any more.  Its actors see the root's
+                # actors go down, as they would if the root had died.
+                self._root_down(f"the root removed this node: {message.reason}", DownReason.UNREACHABLE)
         elif isinstance(message, RegistryUpdate):
             if self.is_root or source != self._root_id:
                 self._refuse(source, "a registry update; only the root changes the registry")
@@ -1671,6 +1678,21 @@ class Node:
         if self._refusals[key] == 1:
             self._log.warning("refused what a peer sent; further ones are counted, not logged",
                               peer=peer, what=what)
+        if self._registry is not None:
+            self._tell_removed(peer)
+
+    def _tell_removed(self, peer: str) -> None:
+        """A node the root removed while it lived (stopped past the grace, cut off, expelled) is
+        heard from again: tell it it is out, at most once a second, so that it ends what it runs for
+        this system instead of waiting for a coordinator that no longer counts it."""
+        assert self._registry is not None
+        why = self._registry.removed(peer)
+        now = time.monotonic()
+        if why is None or now - self._told_removed.get(peer, -1.0) < 1.0:
+            return
+        self._told_removed[peer] = now
+        self._log.warning("told a removed node it is out", peer=peer, why=why)
+        self._send_router(peer, [self._codec.join_records([self._node_record(Refused(reason=f"{REMOVED} ({why})"))])])
 
     def _expel(self, peer: str, why: str) -> None:
         """Disconnect ``peer`` for breaking the protocol: its hello is forgotten (all it sends is

@@ -42,6 +42,10 @@ class RegistryError(UsageError):
 
 #: The start of a refusal's reason when a takeover waits for the holder to be proven gone.
 HELD_BY_A_LIVE_NODE = "held by a node that may be alive"
+#: Removed nodes whose reason is kept (a bound on the root's memory).
+DROPPED_KEPT = 65_536
+#: The start of the reason a removed node is refused with when it is heard from again.
+REMOVED = "this node was removed from the system"
 
 
 @dataclasses.dataclass
@@ -62,6 +66,10 @@ class Registry:
         self.root_id = root_node.node_id
         self._nodes: dict[str, _Node] = {root_node.node_id: _Node(root_node, Watch(None, 0.0, True))}
         self._names: dict[str, str] = {}
+        #: Why each node that left was removed (the last DROPPED_KEPT of them): a node that was cut
+        #: off while it lived (stopped, overloaded past the grace, expelled) is told so when it is
+        #: heard from again, instead of carrying on alone.
+        self._dropped: dict[str, str] = {}
 
     # -- queries ----------------------------------------------------------
 
@@ -76,12 +84,17 @@ class Registry:
     def has_node(self, node_id: str) -> bool:
         return node_id in self._nodes
 
+    def removed(self, node_id: str) -> str | None:
+        """Why ``node_id`` was removed from the system, if it was (and is not back)."""
+        return self._dropped.get(node_id)
+
     # -- inputs -----------------------------------------------------------
 
     def join(self, info: NodeInfo, now: float) -> RegistryUpdate:
         if info.node_id in self._nodes:
             raise RegistryError(f"node id {info.node_id!r} is already in this system")
         self._nodes[info.node_id] = _Node(info, Watch.joined(now, self.timing))
+        self._dropped.pop(info.node_id, None)
         return RegistryUpdate(nodes={info.node_id: info})
 
     def connected(self, node_id: str) -> None:
@@ -180,6 +193,9 @@ class Registry:
 
     def _drop(self, node_id: str, reason: DownReason, detail: str) -> RegistryUpdate:
         node = self._nodes.pop(node_id)
+        if len(self._dropped) >= DROPPED_KEPT:
+            del self._dropped[next(iter(self._dropped))]
+        self._dropped[node_id] = f"{reason.value}: {detail}"
         names = sorted(node.names)
         for name in names:
             if self._names.get(name) == node_id:

@@ -93,7 +93,8 @@ class GpuWorker(Actor):
         self.model_signature = model_signature
         self.backend = backend
         self.comm: Communicator | None = None
-        #: As the Worker: a coordinator silent this long (its CoordHeartbeat is every tick) is gone.
+        #: As the Worker: a coordinator silent this long (its CoordHeartbeat is every tick) is warned
+        #: about; its Down ends the rank.
         self.coordinator_timeout = coordinator_timeout
         self.protocol = RankProtocol(rank, world_size, coordinator=coordinator,
                                      coordinator_timeout=coordinator_timeout, regroup_wait=regroup_wait, relay=relay)
@@ -168,7 +169,7 @@ class GpuWorker(Actor):
             ctx.log.error("the coordinator refused this rank", reason=str(exc))
             ctx.stop()
             return
-        # As the Worker does: a coordinator that dies or goes silent ends this rank (it used to
+        # As the Worker does: a coordinator that dies ends this rank, a silent one is warned about (it used to
         # wait for plans that would never come).
         ctx.watch(self.coordinator)
         ctx.start_timer("coordinator-silence", min(1.0, self.coordinator_timeout / 2), periodic=True)

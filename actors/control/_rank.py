@@ -28,8 +28,10 @@ input                      effects
 ``receive(DeclareDead)``    :class:`AbortGroup`
 ``receive(Shutdown...)``    :class:`Ended`
 ``receive(Down)``           :class:`Ended` when the coordinator is down
-``tick()``                  :class:`Ended` after ``coordinator_timeout`` of silence; the end
-                            of a regrouping that waited ``regroup_wait``
+``tick()``                  a :class:`Log` warning after ``coordinator_timeout`` of silence
+                            (again at each doubling: a busy coordinator is not a dead one;
+                            its death is the runtime's ``Down``); the end of a regrouping
+                            that waited ``regroup_wait``
 =========================  ==================================================================
 
 While *regrouping* (an all-reduce failed; the rank waits for the new group),
@@ -231,6 +233,8 @@ class RankProtocol:
         self.ended: Shutdown | ShutdownWithSave | None = None
         self.exiting_sent = False
         self.coord_seen = 0.0
+        #: The silence warning repeats at ``coordinator_timeout`` times this (doubling).
+        self._silence_warned = 1
         #: Waiting for a new group after a failed all-reduce, until this time (None: not waiting).
         self.regroup_until: float | None = None
         self._deferred: list[Message] = []
@@ -285,6 +289,7 @@ class RankProtocol:
                 return []
             return self._end(Shutdown(), f"coordinator is down ({msg.reason.value})", gone=True)
         self.coord_seen = now
+        self._silence_warned = 1
         if self.ended is not None:
             return []  # the run is over here: nothing more is done for it
         if self.regrouping and not isinstance(msg, _SERVED_WHILE_REGROUPING):
@@ -340,8 +345,13 @@ class RankProtocol:
         """Time passed: a silent coordinator ends the run here; a regrouping that waited too long ends."""
         if self.ended is not None or not self.joined:
             return []
-        if now - self.coord_seen > self.coordinator_timeout:
-            return self._end(Shutdown(), f"coordinator silent for {now - self.coord_seen:.1f} s", gone=True)
+        silence = now - self.coord_seen
+        if silence > self.coordinator_timeout * self._silence_warned:
+            # Load is not death: a saturated coordinator stops sending CoordHeartbeat long before
+            # libzmq's heartbeats (run outside the GIL) would say its process is gone.
+            self._silence_warned *= 2
+            return [Log("warning", "the coordinator has been silent; waiting for the runtime to report it down",
+                        {"silent_s": round(silence, 1), "warn_after_s": self.coordinator_timeout})]
         if self.regroup_until is not None and now >= self.regroup_until:
             effects: list[Effect] = [Log("error", "no new process group in time", {"waited_s": self.regroup_wait})]
             return effects + self._stop_regrouping(now)

@@ -199,10 +199,24 @@ def test_the_coordinators_down_or_silence_ends_the_run_with_nobody_to_say_exitin
     (ended,) = [e for e in p.receive(m.Down(name="coordinator", reason=m.DownReason.DEAD), now=1.0)
                 if isinstance(e, Ended)]
     assert ended.coordinator_gone
+
+
+
+def test_a_silent_coordinator_is_warned_about_not_taken_for_dead() -> None:
+    """Load is not death: 30 s without CoordHeartbeat ended the rank while its coordinator, saturated,
+    was alive. The silence is a warning (at each doubling); the end is the runtime's Down."""
     q = _joined(coordinator_timeout=5.0)
     q.receive(m.CoordHeartbeat(seq=1), now=3.0)
     assert q.tick(8.0) == []
-    assert any(isinstance(e, Ended) and e.coordinator_gone for e in q.tick(8.1))
+    (warned,) = q.tick(8.1)
+    assert isinstance(warned, _rank.Log) and warned.level == "warning" and warned.fields["silent_s"] == 5.1
+    assert q.tick(12.0) == [] and q.ended is None  # not again before 10 s of silence
+    assert [type(e).__name__ for e in q.tick(13.2)] == ["Log"]
+    q.receive(m.CoordHeartbeat(seq=2), now=14.0)  # it speaks: the next warning is 5 s away again
+    assert q.tick(18.0) == [] and len(q.tick(19.1)) == 1
+    (ended,) = [e for e in q.receive(m.Down(name="coordinator", reason=m.DownReason.UNREACHABLE), now=20.0)
+                if isinstance(e, Ended)]
+    assert ended.coordinator_gone
 
 
 def test_no_sync_is_entered_after_exiting_was_said() -> None:

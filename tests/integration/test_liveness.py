@@ -93,3 +93,24 @@ def test_a_stopped_or_killed_member_is_still_declared(system: ActorSystem, sig: 
     finally:
         proc.kill()
         proc.wait(10)
+
+
+def test_a_member_stopped_past_the_grace_is_told_it_is_out_when_it_resumes(system: ActorSystem) -> None:
+    """A stop past the grace removes the member; resumed, it would carry on alone (its connection to
+    the root comes back, and a rank only warns about a silent coordinator: load is not death).  The
+    root tells it it is out when it is heard from again, so its actors see the root's go down and it
+    leaves."""
+    anchor = system.inbox("anchor")
+    watcher = system.inbox("watcher")
+    proc = attached(system, {"prober": "_actors:Prober"})
+    try:
+        watcher.watch("prober")
+        assert anchor.get(timeout=10) is not None  # it reports
+        os.kill(proc.pid, signal.SIGSTOP)
+        got = watcher.get(timeout=10)
+        assert got is not None and got.message.reason is m.DownReason.UNREACHABLE
+        os.kill(proc.pid, signal.SIGCONT)
+        assert proc.wait(timeout=20) == 0  # told it is out: its anchor went down, and it left
+    finally:
+        proc.kill()
+        proc.wait(10)

@@ -202,3 +202,17 @@ def test_a_takeover_waits_until_the_holder_is_proven_gone() -> None:
         reg.register("b", ["worker/2"], takeover=True)  # another host: only its lost connection frees it
     reg.exiting("far")
     assert reg.names.get("worker/2") is None
+
+
+def test_a_removed_node_keeps_the_reason_until_it_joins_again() -> None:
+    reg = registry()
+    reg.connected("a")
+    reg.connected("b")
+    assert reg.removed("b") is None
+    reg.disconnected("b", now=10.0)
+    reg.check(now=12.0)
+    assert reg.removed("b") == ("unreachable: no connection for 2.0 s (libzmq's heartbeats timed out, or the "
+                                "peer closed its socket, and it did not reconnect)")
+    assert reg.removed("a") is None  # never removed
+    reg.join(B, now=20.0)
+    assert reg.removed("b") is None
