@@ -46,13 +46,17 @@ class Codec:
     ``max_message_size`` caps the total size of the frames of one message.
     """
 
-    __slots__ = ("max_message_size", "_encoder", "_body", "_envelope", "_decode_body", "_batch", "_raw_batch")
+    __slots__ = ("max_message_size", "_encoder", "_body", "_envelope", "_decode_body", "_batch", "_raw_batch",
+                 "encode_unchecked")
 
     def __init__(self, *, max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE) -> None:
         if max_message_size <= 0:
             raise InvalidArgument(f"max_message_size must be positive, got {max_message_size}")
         self.max_message_size = max_message_size
         self._encoder = msgspec.msgpack.Encoder()
+        #: msgpack of any value, nothing checked: for a hot path that builds the
+        #: :meth:`encode_record_fields` tuple itself (and checks the message's type).
+        self.encode_unchecked = self._encoder.encode
         self._body = msgspec.msgpack.Decoder(AnyMessage)
         self._envelope = msgspec.msgpack.Decoder(Envelope)
         self._decode_body = self._body.decode

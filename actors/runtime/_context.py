@@ -145,10 +145,10 @@ class LiveContext(Context):
         return time.time()
 
     def tell(self, target: str, message: Message, *, timeout: float | None = None) -> None:
-        # send_record, not send: one call less (measured: no change within the noise of bench bus).
+        # send_record, not send, and by position: one call and the keywords fewer.
         envelope = self.envelope
-        self._node.send_record(self.name, target, message, timeout=timeout,
-                               trace_id=envelope.trace_id if envelope is not None else None)
+        self._node.send_record(self.name, target, message, 0, timeout, True,
+                               envelope.trace_id if envelope is not None else None)
 
     def ask(self, target: str, message: Message, *, timeout: float | None = None) -> int:
         return self._cell.ask(target, message, timeout)

@@ -1,0 +1,42 @@
+"""The node's send path against the codec it inlines, on a node with no peers (no sockets are read)."""
+
+from __future__ import annotations
+
+import msgspec
+import pytest
+
+from actorwire import messages as m
+from actorwire.messages import Codec
+from actorwire.messages.runtime import NodeInfo
+from actorwire.transport._errors import WrongType
+from actorwire.transport._node import Node
+
+BATCH = m.Batch(rank=3, batch_ms=12.5, step_count=7, batch_loss=0.25)
+
+
+@pytest.fixture
+def node():  # type: ignore[no-untyped-def]
+    node = Node(run_id="test-node")
+    node.start()
+    # A peer that hosts "sink" and is never reached: what is sent to it stays in its stream.
+    node._view.nodes["peer-1"] = NodeInfo(node_id="peer-1", endpoints=["ipc:///nonexistent/peer.sock"],
+                                          host=node.host, pid=1)
+    node._view.routes["sink"] = "peer-1"
+    yield node
+    node.close(timeout=0.1, announce=False)
+
+
+def test_a_remote_tell_is_the_record_the_codec_makes(node: Node) -> None:
+    seq, record = node.send_record("flooder", "sink", BATCH, 0, None, True, "trace-1")
+    assert isinstance(record, bytes)
+    envelope, message = msgspec.msgpack.decode(record, type=tuple[m.Envelope, m.Batch])
+    assert (envelope.sender, envelope.target, envelope.seq, envelope.trace_id, message) == \
+        ("flooder", "sink", seq, "trace-1", BATCH)
+    assert record == Codec().encode_record_fields("flooder", "sink", seq, 0, False, envelope.mono_ns,
+                                                  envelope.wall_ns, "trace-1", BATCH)
+
+
+def test_a_tell_of_something_that_is_not_a_message_is_refused_before_it_is_numbered(node: Node) -> None:
+    with pytest.raises(WrongType, match="expected an actorwire message, got dict"):
+        node.send_record("flooder", "sink", {"type": "batch"})  # type: ignore[arg-type]
+    assert node.send_record("flooder", "sink", BATCH)[0] == 1
