@@ -9,10 +9,12 @@ sockets (tests/_wire_client.py).
 from __future__ import annotations
 
 import os
+import pathlib
 import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 
 import pytest
 from _wire_client import NODE, WireClient, batch, envelope
@@ -32,20 +34,30 @@ def _env() -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": str(TESTS) + os.pathsep + os.environ.get("PYTHONPATH", "")}
 
 
-def _wait_until(condition, timeout: float = 30.0) -> None:  # type: ignore[no-untyped-def]
+def _wait_until(condition: Callable[[], bool], timeout: float = 30.0) -> None:
     deadline = time.monotonic() + timeout
     while not condition():
         assert time.monotonic() < deadline, "condition not met in time"
         time.sleep(0.01)
 
 
-def test_asks_on_lines_keep_each_threads_stream_in_order() -> None:
+@pytest.mark.parametrize("transport", ["ipc", "tcp"])
+def test_asks_on_lines_keep_each_threads_stream_in_order(
+        transport: str, setenv: Callable[[str, str | None], None], tmp_path: pathlib.Path) -> None:
     """Tells go through the node's link, asks on the thread's line: an ask may take the line only once
     everything before it in its stream is handled, so no ask overtakes a tell (the receiver would see
-    a gap and wait for a re-send)."""
+    a gap and wait for a re-send).  Over tcp the lines are CURVE clients like the node's own link."""
     from _actors import Counter
 
-    with ActorSystem(config=CONFIG) as system:
+    if transport == "tcp":
+        from actorwire.transport._security import keygen
+
+        keygen(tmp_path)
+        setenv("ACTORWIRE_KEYS", str(tmp_path))
+        setenv("ACTORWIRE_PREFER_TCP", "1")
+    bind = "tcp://127.0.0.1:0" if transport == "tcp" else None
+    with ActorSystem(config=CONFIG, bind=bind) as system:
+        assert system.endpoint.startswith(transport)
         system.spawn(Counter(), "counter")
         proc = subprocess.run([sys.executable, str(TESTS / "_asker.py"), system.endpoint, system.run_id,
                                "200", "3"], env=_env(), capture_output=True, text=True, timeout=90)
