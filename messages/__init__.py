@@ -72,6 +72,7 @@ from .kinds._runtime import (
     RankExited,
     TimerFired,
 )
+from .kinds._status import ActorDetail, ActorStatus, MemberStatus, NodeStatus, RankStatus, StatusMsg, StatusRequest
 from .kinds._tensor import TensorRef
 from .kinds._timing import (
     Batch,
@@ -143,5 +144,7 @@ __all__ = [
     "ReserveRing", "RingReserved", "PackPull", "PullPacked", "WritePull", "PullWritten", "DigestState", "StateDigest",
     # what the runtime tells an actor
     "Down", "ErrorReply", "AskFailed", "TimerFired", "RankExited",
+    # what a running system says of itself (actorwire status, ActorSystem.statistics())
+    "StatusRequest", "NodeStatus", "ActorStatus", "MemberStatus", "StatusMsg", "ActorDetail", "RankStatus",
 ]
 _publish(globals(), __all__)

@@ -7,7 +7,7 @@ from typing import Union
 
 from ._base import Message
 from ._errors import NotFound
-from .kinds import _control, _metrics, _rendezvous, _runtime, _timing, _weights
+from .kinds import _control, _metrics, _rendezvous, _runtime, _status, _timing, _weights
 
 
 def _members(union: object) -> tuple[type[Message], ...]:
@@ -22,6 +22,7 @@ FAMILIES: dict[str, tuple[type[Message], ...]] = {
     "weights": _members(_weights.WeightMsg),
     "rendezvous": _members(_rendezvous.RendezvousMsg),
     "runtime": _members(_runtime.RuntimeMsg),
+    "status": _members(_status.StatusMsg),
 }
 
 MESSAGE_TYPES: tuple[type[Message], ...] = tuple(

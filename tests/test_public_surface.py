@@ -30,6 +30,8 @@ PUBLIC = {
         "ReserveRing", "RingReserved", "PackPull", "PullPacked", "WritePull", "PullWritten", "DigestState",
         "StateDigest", "WriteMeta", "TrainBatch", "BatchTrained", "AllReduceParams", "ParamsReduced", "JoinGroup",
         "GroupJoined", "NewGroupId", "GroupIdMade", "AbortComm",
+        # what a running system says of itself (actorwire status)
+        "StatusRequest", "NodeStatus", "ActorStatus", "MemberStatus", "StatusMsg", "ActorDetail", "RankStatus",
     },
     "actorwire.messages.runtime": {
         "Ack", "AckEntry", "Hello", "NodeExiting", "NodeHeartbeat", "NodeInfo", "Refused", "Register",

@@ -10,10 +10,13 @@ between threads.
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import pathlib
 import secrets
 import socket
+import time
+from typing import Any
 
 from actorwire.transport._errors import ConfigError, InvalidArgument
 from actorwire.transport._settings import settings
@@ -60,6 +63,42 @@ def run_dir(run_id: str) -> pathlib.Path:
     """A private directory for this run's ipc sockets."""
     digest = hashlib.sha256(run_id.encode()).hexdigest()[:12]
     return private_dir(user_dir() / digest)
+
+
+#: The file a root writes in its run's directory so that ``actorwire status`` finds the run.
+RUN_FILE = "root.json"
+
+
+def write_run_file(run_id: str, endpoint: str, ipc: str) -> pathlib.Path:
+    """Say where this run's root listens, in its private run directory (0600, as its sockets)."""
+    path = run_dir(run_id) / RUN_FILE
+    record = {"run_id": run_id, "endpoint": endpoint, "ipc": ipc, "pid": os.getpid(),
+              "host": socket.gethostname(), "started_ns": time.time_ns()}
+    tmp = path.with_suffix(".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as out:
+        json.dump(record, out)
+    os.replace(tmp, path)
+    return path
+
+
+def local_runs() -> list[dict[str, Any]]:
+    """The runs of this user on this host whose root still runs, newest first (from their run files)."""
+    from actorwire.transport._process import process_alive
+
+    runs = []
+    try:
+        candidates = sorted(user_dir().glob(f"*/{RUN_FILE}"))
+    except OSError:
+        return []
+    for path in candidates:
+        try:
+            record = json.loads(path.read_text())
+        except (OSError, ValueError):
+            continue  # being written, or left half-written by a crash
+        if isinstance(record, dict) and isinstance(record.get("pid"), int) and process_alive(record["pid"]):
+            runs.append(record)
+    return sorted(runs, key=lambda r: -int(r.get("started_ns", 0)))
 
 
 def ipc_endpoint(run_id: str, node_id: str) -> str:

@@ -55,20 +55,23 @@ import socket
 import threading
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 import msgspec
 import zmq
 
 from actorwire.messages import (
     PROTOCOL_VERSION,
+    ActorStatus,
     Codec,
     DecodeError,
     DownReason,
     Envelope,
     ErrorCode,
     ErrorReply,
+    MemberStatus,
     Message,
+    NodeStatus,
 )
 from actorwire.messages.runtime import (
     Ack,
@@ -93,6 +96,7 @@ from actorwire.transport._endpoints import (
     new_node_id,
     pick_endpoint,
     tcp_host,
+    write_run_file,
 )
 from actorwire.transport._errors import (
     ActorDead,
@@ -296,6 +300,7 @@ class Node:
         self.is_root = root_endpoint is None
         self.host = socket.gethostname()
         self._takeover = takeover
+        self._started_ns = time.time_ns()
         self._on_down = on_down or (lambda name, reason, detail: None)
         self._codec = Codec(max_message_size=self.config.max_message_size)
         self._encode_unchecked = self._codec.encode_unchecked
@@ -401,6 +406,7 @@ class Node:
         # What was refused, counted per (peer, reason) and logged once each (never once per record).
         self._refusals: collections.Counter[tuple[str, str]] = collections.Counter()
         self._told_removed: dict[str, float] = {}  # removed nodes told they are out, and when (root)
+        self._notes: collections.deque[str] = collections.deque(maxlen=32)  # recent errors, for status
         self._handled: dict[tuple[str, str, str], int] = {}
         self._handled_count = 0
         self._ack_due: float | None = None
@@ -419,6 +425,7 @@ class Node:
         self._beat_interval = self.config.scaled(self.config.heartbeat_interval)
         self._staleness = self.config.scaled(self.config.staleness_timeout)
         self._prefer_tcp = settings().prefer_tcp
+        self._run_file = write_run_file(run_id, self.root_endpoint, endpoints[0]) if self.is_root else None
         if not self.is_root:
             # Connect here, not in the I/O thread, so a bad endpoint fails the
             # constructor with its name (the socket moves to the I/O thread at
@@ -519,6 +526,11 @@ class Node:
             os.unlink(self._ipc_path)
         except FileNotFoundError:
             pass
+        if self._run_file is not None:
+            try:
+                self._run_file.unlink()
+            except FileNotFoundError:
+                pass
         if self.is_root:  # the run's socket directory goes with the root (a live member's socket keeps it)
             try:
                 os.rmdir(os.path.dirname(self._ipc_path))
@@ -586,8 +598,17 @@ class Node:
         """The sequence number of the last message ``sender`` sent (0 before its first)."""
         return self._seq.get(sender, 0)
 
-    def names(self) -> list[str]:
-        return sorted(set(self._routes) | set(self._local))
+    def names(self, runtime: bool = False) -> list[str]:
+        """Every registered actor name; the runtime's own (starting with ``.``) only when ``runtime``."""
+        names = set(self._routes) | set(self._local)
+        return sorted(names if runtime else (n for n in names if not n.startswith(".")))
+
+    def note(self, text: str) -> None:
+        """Keep ``text`` among the recent errors ``status`` shows (the last 32; any thread)."""
+        self._notes.append(f"{time.strftime('%H:%M:%S')} {text}")
+
+    def notes(self) -> list[str]:
+        return list(self._notes)
 
     def wait_for(self, name: str, timeout: float = 10.0) -> None:
         """Block until ``name`` is registered (``TimeoutError`` naming it otherwise)."""
@@ -735,7 +756,8 @@ class Node:
         if self._closing:
             raise SystemClosed("the actor system is closing")
         node_id = self._routes.get(target) or self.lookup(target)
-        line = None
+        line: Line | None = None
+        pair: OutStream | None = None
         if node_id != self.node_id and threading.get_ident() != self._io_ident:
             pair = self._pairs.get((sender, target))
             if pair is None or pair.node_id != node_id:
@@ -744,7 +766,7 @@ class Node:
             done = max(pair.first - 1, answered if answered_node == pair.node_id else 0)
             if pair.seq <= done and pair.sent - pair.handled < pair.window:
                 line = self._lines.get(node_id)
-        if line is None:
+        if line is None or pair is None:
             blocking = BlockingReply()
             self.ask(sender, target, message, timeout=timeout, on_reply=blocking.on_reply,
                      on_failure=blocking.on_failure)
@@ -999,8 +1021,8 @@ class Node:
         while ready:
             node_id = ready.pop()
             box = boxes.get(node_id)
-            n = len(box) if box is not None else 0
-            if n:
+            if box:
+                n = len(box)
                 records = box[:n]
                 del box[:n]  # a sender may append meanwhile: only what was copied goes
                 self._ship(node_id, records)
@@ -1217,7 +1239,7 @@ class Node:
                 # of 256 frames, it stalled a fast sender on an empty window (bench bus: both
                 # processes at 0.65-0.7 of a core, taking turns).
                 self._flush_acks()
-            if not sock.get(_EVENTS) & _POLLIN:
+            if not cast(int, sock.get(_EVENTS)) & _POLLIN:
                 return  # nothing more: asking costs 2 us, a failed read 5 us (pyzmq builds an exception)
             if self._handled_count >= _ACK_EVERY:
                 # Credit goes back while the burst is still being read: held to the end of a burst
@@ -1354,7 +1376,7 @@ class Node:
             # Per message: the welcome that names the root may be the one just taken in.
             source = self._root_id or "@root" if link.node_id == "@root" else link.node_id
             self._on_frames_safely(source, frames, from_router=False)
-            if not sock.get(_EVENTS) & _POLLIN:
+            if not cast(int, sock.get(_EVENTS)) & _POLLIN:
                 return
 
     def _on_frames_safely(self, source: str, frames: list[bytes], *, from_router: bool) -> None:
@@ -1684,6 +1706,7 @@ class Node:
         if self._refusals[key] == 1:
             self._log.warning("refused what a peer sent; further ones are counted, not logged",
                               peer=peer, what=what)
+            self.note(f"refused from {peer}: {what}")
         if self._registry is not None:
             self._tell_removed(peer)
 
@@ -1712,6 +1735,22 @@ class Node:
     def refusals(self) -> dict[tuple[str, str], int]:
         """How often each (peer, reason) was refused since the node started."""
         return dict(self._refusals)
+
+    def status(self, actors: list[ActorStatus], errors: list[str]) -> NodeStatus:
+        """This node's :class:`NodeStatus` around ``actors`` (any thread; each count is read once, so
+        the record is a snapshot of counters, not one instant)."""
+        members = []
+        if self._registry is not None:
+            members = [MemberStatus(node_id=info.node_id, host=info.host, pid=info.pid, liveness=liveness,
+                                    actors=[n for n in names if not n.startswith(".")])
+                       for info, liveness, names in self._registry.members(time.monotonic())]
+        pairs = list(self._pairs.values())
+        return NodeStatus(
+            node_id=self.node_id, host=self.host, pid=os.getpid(), is_root=self.is_root,
+            started_ns=self._started_ns, wall_ns=time.time_ns(), actors=actors, members=members,
+            pending_asks=len(self._asks), unacked=sum(p.sent - p.handled for p in pairs),
+            peers=len(self._known_peers), refused=sum(self._refusals.values()), gaps=self._streams.gaps,
+            errors=errors)
 
     def _rehome(self, sender: str, target: str, node_id: str) -> None:
         """``target`` moved to ``node_id`` (a takeover): re-send all it has not handled."""

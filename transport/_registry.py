@@ -84,6 +84,18 @@ class Registry:
     def has_node(self, node_id: str) -> bool:
         return node_id in self._nodes
 
+    def members(self, now: float) -> list[tuple[NodeInfo, str, list[str]]]:
+        """Every node with its liveness (``up``, ``down 0.4 s``, ``joining 0.2 s``) and its names."""
+        out = []
+        for node_id, node in sorted(self._nodes.items()):
+            watch = node.watch
+            if node_id == self.root_id or watch.down_since is None:
+                liveness = "exiting" if node.exiting else "up"
+            else:
+                liveness = f"{'down' if watch.was_up else 'joining'} {now - watch.down_since:.1f} s"
+            out.append((node.info, liveness, sorted(node.names)))
+        return out
+
     def removed(self, node_id: str) -> str | None:
         """Why ``node_id`` was removed from the system, if it was (and is not back)."""
         return self._dropped.get(node_id)

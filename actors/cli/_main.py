@@ -184,9 +184,11 @@ def build_parser() -> argparse.ArgumentParser:
 
     from actorwire.actors.cli._log import add_parsers
     from actorwire.actors.cli._serve import add_parsers as add_serve_parsers
+    from actorwire.actors.cli._status import add_parsers as add_status_parsers
 
     add_parsers(sub)
     add_serve_parsers(sub)
+    add_status_parsers(sub)
 
     p = sub.add_parser("simulate", help="run the control plane under seeded faults, deterministically")
     p.add_argument("--seeds", type=_positive, default=1000, metavar="N", help="run seeds 0..N-1 (default 1000)")

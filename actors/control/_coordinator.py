@@ -40,6 +40,7 @@ from actorwire.actors.control._phases import ACCEPTED, Event, Phase, next_phase
 from actorwire.actors.runtime._actor import Actor, EffectsAdapter, effects_name, handler
 from actorwire.actors.runtime._context import Context
 from actorwire.messages import (
+    ActorDetail,
     Batch,
     Checkpoint,
     CheckpointResult,
@@ -67,6 +68,7 @@ from actorwire.messages import (
     NewNcclIdGenerated,
     NewNcclSession,
     RankExited,
+    RankStatus,
     RelayReport,
     RequestNewNcclId,
     SaveReason,
@@ -155,6 +157,26 @@ class Coordinator(Actor):
 
     def config(self) -> dict[str, Any]:
         return dict(self._config_kwargs)
+
+    def status(self, now: float) -> ActorDetail:
+        """The phase, the epoch and every rank, for ``actorwire status`` (read from another thread:
+        the rank table is copied whole, each rank's fields read once)."""
+        ranks = []
+        for state in sorted(list(self.ranks.values()), key=lambda r: r.rank):
+            if not state.alive:
+                how = "dead"
+            elif state.exited:
+                how = "exited"
+            elif state.waiting:
+                how = "waiting"
+            else:
+                how = "training"
+            ranks.append(RankStatus(rank=state.rank, state=how, epoch=state.reported_epoch, steps=state.total_steps,
+                                    ms_per_batch=state.ms_per_batch, silent_s=round(max(0.0, now - state.last_seen), 1)))
+        notes = {"global step": str(self.global_step), "failures": str(self.failures)}
+        if self.rendezvous is not None:
+            notes["forming a group"] = f"attempt {self.session_attempt}"
+        return ActorDetail(phase=self.phase.value, epoch=self.epoch, ranks=ranks, notes=notes)
 
     # -- phases ---------------------------------------------------------------
 

@@ -27,7 +27,7 @@ import typing
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
-from actorwire.messages import Message
+from actorwire.messages import ActorDetail, Message
 from actorwire.transport._errors import WrongType
 
 if TYPE_CHECKING:
@@ -129,6 +129,16 @@ class Actor:
         """
         return None
 
+    def status(self, now: float) -> ActorDetail | None:
+        """What ``actorwire status`` shows of this actor besides its counters (its phase, its ranks),
+        or None.  ``now`` is the runtime's clock, as ``ctx.now()`` reads it.
+
+        Called from the node's introspector, in another thread than the actor's, while handlers
+        run: read attributes once and copy containers whole (``dict(self.x)``, ``list(...)``, which
+        are atomic), never iterate a live one, and change nothing.
+        """
+        return None
+
     def on_error(self, error: Exception, message: Message, ctx: Context) -> bool:
         """A handler raised.  Return True to keep running (default), False to stop the actor.
 
@@ -189,7 +199,8 @@ def dispatch(actor: Actor, message: Message, ctx: Context) -> bool:
     return True
 
 
-_HOOKS = frozenset({"on_start", "on_stop", "on_error", "on_unhandled", "handler_for", "config", "effects"})
+_HOOKS = frozenset({"on_start", "on_stop", "on_error", "on_unhandled", "handler_for", "config", "effects",
+                    "status"})
 
 
 def effects_name(owner: str) -> str:

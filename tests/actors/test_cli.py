@@ -111,6 +111,10 @@ BAD = [
     (["replay", "/nonexistent/run"], "/nonexistent/run: no such file or directory"),
     (["log", "show", "/nonexistent/run", "--corr", "x"], "--corr takes ID or ASKER:ID"),
     (["bench", "bus", "--messages", "0"], "argument --messages: expected a positive integer, got '0'"),
+    (["status", "--window", "0"], "argument --window: expected a positive number of seconds, got '0'"),
+    (["status", "--join", "tcp://127.0.0.1:1"], "--join and --run-id go together"),
+    (["top", "--count", "0"], "argument --count: expected a positive integer, got '0'"),
+    (["top", "--interval", "inf"], "argument --interval: expected a positive number of seconds, got 'inf'"),
 ]
 
 

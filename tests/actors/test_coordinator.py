@@ -828,3 +828,21 @@ def test_a_late_report_of_a_rank_counted_dead_is_refused_quietly() -> None:
     assert h.actor.phase == "finishing"
     batch(h, 1, 1)
     assert h.actor.refused[("batch", "finishing")] == 1 and not h.actor.refused_from_live
+
+
+# -- status ---------------------------------------------------------------------------------
+
+
+def test_status_shows_the_phase_the_epoch_and_every_rank() -> None:
+    h = make()
+    join_all(h)
+    batch(h, 1, n=3, ms=20.0)
+    h.advance(2.0)
+    detail = h.actor.status(h.ctx.clock)
+    assert detail.phase == "running" and detail.epoch == 0
+    assert [(r.rank, r.state, r.steps) for r in detail.ranks] == [(0, "training", 0), (1, "training", 3),
+                                                                 (2, "training", 0)]
+    one = detail.ranks[1]
+    assert one.ms_per_batch == pytest.approx(20.0) and one.silent_s == pytest.approx(2.0)
+    h.deliver(m.Exiting(rank=2), sender="worker/2")
+    assert h.actor.status(h.ctx.clock).ranks[2].state == "exited"

@@ -80,8 +80,8 @@ def test_every_kind_is_frozen_and_exported_from_exactly_one_public_module() -> N
 def test_family_unions_are_exported() -> None:
     from actorwire.messages import reserved, runtime
 
-    assert set(m.FAMILIES) == {"control", "timing", "metrics", "weights", "rendezvous", "runtime"}
-    for name in ("ControlMsg", "TimingMsg", "WeightMsg"):
+    assert set(m.FAMILIES) == {"control", "timing", "metrics", "weights", "rendezvous", "runtime", "status"}
+    for name in ("ControlMsg", "TimingMsg", "WeightMsg", "StatusMsg"):
         assert name in messages.__all__
     assert "RuntimeMsg" in runtime.__all__ and "RendezvousMsg" in reserved.__all__
 
