@@ -7,12 +7,16 @@ TORCH_SPEC ?= torch==2.13.0
 
 .PHONY: venv lint test test-faults test-gpu demo bench clean
 
+# Each long step says what it does and how long it took (a fresh set-up takes minutes).
+STEP = @t0=$$(date +%s); echo "==> $(1)"; $(2) && echo "    done in $$(( $$(date +%s) - t0 )) s"
+
 $(VENV)/.installed: pyproject.toml
-	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet "$(TORCH_SPEC)"
-	$(PY) -m pip install --quiet -e ".[test]"
-	touch $@
+	$(call STEP,creating $(VENV) with $(PYTHON),test -x $(PY) || $(PYTHON) -m venv $(VENV))
+	$(call STEP,upgrading pip,$(PY) -m pip install --quiet --upgrade pip)
+	$(call STEP,installing $(TORCH_SPEC) (CPU build: the longest step),$(PY) -m pip install --progress-bar on "$(TORCH_SPEC)")
+	$(call STEP,installing actorwire and its test tools into $(VENV),$(PY) -m pip install --quiet -e ".[test]")
+	@touch $@
+	@echo "==> ready: $(VENV)/bin/actorwire (or source $(VENV)/bin/activate)"
 
 venv: $(VENV)/.installed
 

@@ -85,15 +85,19 @@ def _fmt(value: float | None) -> str:
 
 
 def report(suite: str, results: list[Result], json_path: str | None, out=sys.stdout) -> None:
-    width = max([len(r.name) for r in results] + [4])
-    print(f"{'name':<{width}}  {'value':>9}  {'unit':<8} {'baseline':>9}  {'ratio':>6}  target", file=out)
+    """The results as a table (rich: colour only on a terminal, and never with NO_COLOR)."""
+    from rich import box
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, show_edge=False)
+    for column, justify in (("name", "left"), ("value", "right"), ("unit", "left"), ("baseline", "right"),
+                            ("ratio", "right"), ("target", "left")):
+        table.add_column(column, justify=justify, style="bold" if column == "ratio" else None, overflow="fold")  # type: ignore[arg-type]
     for r in results:
-        ratio = f"{r.ratio:.2f}" if r.ratio is not None else "-"
-        print(
-            f"{r.name:<{width}}  {_fmt(r.value):>9}  {r.unit:<8} {_fmt(r.baseline):>9}  "
-            f"{ratio:>6}  {r.note}",
-            file=out,
-        )
+        table.add_row(r.name, _fmt(r.value), r.unit, _fmt(r.baseline), f"{r.ratio:.2f}" if r.ratio is not None else "-",
+                      r.note)
+    Console(file=out, highlight=False).print(table)
     if json_path:
         doc = {
             "suite": suite,

@@ -20,6 +20,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from typing import Any
 
 from actorwire import messages as m
 from actorwire.actors import _names
@@ -122,6 +123,7 @@ def run_demo(args: argparse.Namespace) -> int:
     try:
         dataset = 3072
         with ActorSystem(record=args.record) as system:
+            waiting: Any = None
             try:
                 run_id = system.run_id
                 inbox = system.inbox("main")
@@ -151,6 +153,10 @@ def run_demo(args: argparse.Namespace) -> int:
                 ended: m.ShutdownWithSave | None = None
                 finished: set[int] = set()
                 joined = 0
+                # On a terminal, a spinner says what the first seconds are spent on (each worker imports
+                # torch before it can join); the lines below are printed above it, and it goes once all
+                # have joined.  Piped, the lines alone.
+                waiting = _spinner(f"starting {workers} workers (each imports torch, then joins)")
                 while True:
                     got = inbox.get(timeout=60)
                     if got is None:
@@ -165,6 +171,11 @@ def run_demo(args: argparse.Namespace) -> int:
                     elif isinstance(msg, m.JoinAccepted):
                         joined += 1
                         print(f"   rank {msg.rank} joined ({joined}/{msg.world_size})")
+                        if waiting is not None:
+                            waiting.update(f"{joined} of {msg.world_size} workers joined; waiting for the rest")
+                            if joined >= msg.world_size:
+                                waiting.stop()
+                                waiting = None
                     elif isinstance(msg, m.ExtendPartition):
                         handed_over.append(msg.partition_size)
                         if len(handed_over) == 1:
@@ -184,10 +195,16 @@ def run_demo(args: argparse.Namespace) -> int:
                         print(f"   eval after epoch {msg.epoch}: validation mse {msg.metric:.4f}")
                     elif isinstance(msg, m.Down) and msg.name == "coordinator":
                         break
+                    if waiting is not None and (finished or ended is not None):  # it went on without someone
+                        waiting.stop()
+                        waiting = None
                 codes = {rank: _reap(child, 30.0 if ended is None else 5.0) for rank, child in children.items()}
             except KeyboardInterrupt:  # the children are in their own process group: end them here
                 system.interrupt()
                 raise
+            finally:
+                if waiting is not None:
+                    waiting.stop()
         lost = [r for r, c in codes.items() if c != 0]
         synced = ", ".join(f"rank {r}: {c.syncs_done}" for r, c in consumers.items())
         print(f"weights synced to one consumer per rank after every epoch, each checked bit-exact ({synced})")
@@ -216,3 +233,15 @@ def run_demo(args: argparse.Namespace) -> int:
     finally:
         if not args.keep:  # a temp dir: gone with the demo, however it ended, unless asked
             shutil.rmtree(save_dir, ignore_errors=True)
+
+
+def _spinner(text: str) -> Any:
+    """A started rich status line on stdout when it is a terminal (None otherwise)."""
+    from rich.console import Console
+
+    console = Console()
+    if not console.is_terminal:
+        return None
+    status = console.status(text)
+    status.start()
+    return status

@@ -18,7 +18,6 @@ import heapq
 import itertools
 import json
 import operator
-import os
 import pathlib
 import re
 import sys
@@ -50,27 +49,27 @@ from actorwire.transport.recording import view as record_view
 
 
 class _Progress:
-    """A one-line progress bar on stderr, only on a TTY and only for large reads."""
+    """A progress bar on stderr (rich's, transient), only on a terminal and only for large reads."""
 
     def __init__(self, total: int, label: str) -> None:
-        self.total = total
-        self.done = 0
-        self.label = label
-        self.enabled = sys.stderr.isatty() and total > 8 * 1024 * 1024
-        self._last = 0.0
+        self._bar: Any = None
+        if total > 8 * 1024 * 1024 and sys.stderr.isatty():
+            from rich.console import Console
+            from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
+
+            self._bar = Progress(TextColumn(label), BarColumn(), DownloadColumn(), TimeRemainingColumn(),
+                                 console=Console(stderr=True), transient=True)
+            self._task = self._bar.add_task(label, total=total)
+            self._bar.start()
 
     def advance(self, n: int) -> None:
-        self.done += n
-        now = time.monotonic()
-        if self.enabled and now - self._last > 0.1:
-            self._last = now
-            pct = 100 * self.done / max(1, self.total)
-            print(f"\r{self.label} {pct:5.1f}% ({self.done >> 20} of {self.total >> 20} MiB)", end="",
-                  file=sys.stderr, flush=True)
+        if self._bar is not None:
+            self._bar.advance(self._task, n)
 
     def close(self) -> None:
-        if self.enabled:
-            print("\r" + " " * 60 + "\r", end="", file=sys.stderr, flush=True)
+        if self._bar is not None:
+            self._bar.stop()
+            self._bar = None
 
 
 def _segments(paths: list[str]) -> dict[pathlib.Path, list[pathlib.Path]]:
@@ -228,14 +227,20 @@ def _row(actor: str, record: Any) -> dict[str, Any]:
     return row
 
 
-_COLORS = {"in": "\033[32m", "tell": "\033[36m", "ask": "\033[35m", "reply": "\033[33m"}
+_STYLES = {"in": "green", "tell": "cyan", "ask": "magenta", "reply": "yellow"}
 
 
 def cmd_show(args: argparse.Namespace) -> int:
     where = Where(args.where) if args.where else None
     corr_asker, corr_id = _corr(args.corr)  # a bad filter is said before anything is read
     progress = _Progress(sum(file_size(s) for s in _segments(args.paths).values()), "reading")
-    color = sys.stdout.isatty() and not args.json and not os.environ.get("NO_COLOR")
+    console = None
+    if not args.json and sys.stdout.isatty():
+        from rich.console import Console
+
+        console = Console(highlight=False)  # rich leaves colour out with NO_COLOR or a dumb terminal
+        if console.no_color or not console.is_terminal:
+            console = None
     first: int | None = None
     shown = 0
     askers: set[str] = set()
@@ -269,10 +274,13 @@ def cmd_show(args: argparse.Namespace) -> int:
             body = " ".join(f"{k}={v}" for k, v in row["message"].items() if k != "type")
             corr = f" corr={row['correlation_id']}" if row["correlation_id"] else ""
             line = f"{t:10.6f}  {actor:<16} {arrow} {row['peer']:<16} {row['dir']:<5} {kind:<18}{corr} {body}"
-            line = printable(line)
-            if color:
-                line = f"{_COLORS.get(row['dir'], '')}{line}\033[0m"
-            print(line)
+            line = printable(line)  # escaped first: a recorded string cannot recolour the terminal
+            if console is not None:
+                from rich.text import Text
+
+                console.print(Text(line, style=_STYLES.get(row["dir"], "")), soft_wrap=True)
+            else:
+                print(line)
     finally:
         progress.close()
     if len(askers) > 1:
@@ -429,25 +437,37 @@ def cmd_stats(args: argparse.Namespace) -> int:
         print(json.dumps(stats, indent=2))
         return 0
 
-    def out(text: str = "") -> None:  # every name and kind in the table came from a file
-        print(printable(text))
+    from rich import box
+    from rich.console import Console
+    from rich.table import Table
+    from rich.text import Text
 
-    out(f"{stats['records']} records over {stats['span_s']:.3f} s")
-    print()
-    out(f"{'kind':<24} {'count':>9} {'rate/s':>10} {'bytes':>10}")
+    def cell(value: object) -> Text:  # every name and kind came from a file: escaped, never markup
+        return Text(printable(str(value)))
+
+    console = Console(highlight=False)
+    console.print(cell(f"{stats['records']} records over {stats['span_s']:.3f} s"))
+    kinds = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
+    for column in ("kind", "count", "rate/s", "bytes"):
+        kinds.add_column(column, justify="left" if column == "kind" else "right", overflow="fold")
     for kind, k in stats["kinds"].items():
         rate = f"{k['rate_per_s']:.1f}" if k["rate_per_s"] is not None else "-"
-        out(f"{kind:<24} {k['count']:>9} {rate:>10} {k['bytes']:>10}")
-    print()
-    out(f"{'sender':<24} {'target':<24} {'count':>9}")
+        kinds.add_row(cell(kind), str(k["count"]), rate, str(k["bytes"]))
+    pairs = Table(box=box.SIMPLE_HEAD, show_edge=False, pad_edge=False)
+    for column in ("sender", "target", "count"):
+        pairs.add_column(column, justify="right" if column == "count" else "left", overflow="fold")
     for p in stats["pairs"]:
-        out(f"{p['sender']:<24} {p['target']:<24} {p['count']:>9}")
-    print("\nlargest gaps between messages:")
+        pairs.add_row(cell(p["sender"]), cell(p["target"]), str(p["count"]))
+    console.print()
+    console.print(kinds)
+    console.print()
+    console.print(pairs)
+    console.print("\nlargest gaps between messages:")
     for g in stats["largest_gaps"]:
-        out(f"  {g['seconds']:.3f} s  {g['actor']} before message {g['index']}")
-    print("\nslowest handlers:")
+        console.print(cell(f"  {g['seconds']:.3f} s  {g['actor']} before message {g['index']}"))
+    console.print("\nslowest handlers:")
     for h in stats["slowest_handlers"]:
-        out(f"  {h['ms']:.3f} ms  {h['actor']} message {h['index']} ({h['kind']})")
+        console.print(cell(f"  {h['ms']:.3f} ms  {h['actor']} message {h['index']} ({h['kind']})"))
     return 0
 
 

@@ -120,8 +120,8 @@ def render(statuses: list[m.NodeStatus], silent: list[str], before: list[m.NodeS
                                (f"; no answer from {', '.join(silent)}" if silent else "", "red")))
     nodes = Table(title="nodes", title_justify="left", expand=False)
     for column in ("node", "host", "pid", "liveness", "actors", "asks", "unacked", "refused", "gaps"):
-        nodes.add_column(column, justify="right" if column in ("pid", "actors", "asks", "unacked", "refused", "gaps")
-                         else "left")
+        numeric = column in ("pid", "actors", "asks", "unacked", "refused", "gaps")
+        nodes.add_column(column, justify="right" if numeric else "left", overflow="fold")
     liveness = {member.node_id: member.liveness for member in (root.members if root else [])}
     answering = {s.node_id for s in statuses}
     for status in statuses:
@@ -138,7 +138,7 @@ def render(statuses: list[m.NodeStatus], silent: list[str], before: list[m.NodeS
     actors = Table(title="actors", title_justify="left")
     for column, justify in (("node", "left"), ("actor", "left"), ("class", "left"), ("mailbox", "right"),
                             ("handled", "right"), ("msg/s", "right"), ("failed", "right"), ("most handled", "left")):
-        actors.add_column(column, justify=justify)  # type: ignore[arg-type]
+        actors.add_column(column, justify=justify, overflow="fold")  # type: ignore[arg-type]
     for status in statuses:
         for actor in status.actors:
             rate = rates.get((status.node_id, actor.name))
@@ -150,8 +150,8 @@ def render(statuses: list[m.NodeStatus], silent: list[str], before: list[m.NodeS
     kinds = _kind_rates(statuses, before)
     if kinds:
         table = Table(title="handled per second, by kind", title_justify="left")
-        table.add_column("kind")
-        table.add_column("msg/s", justify="right")
+        table.add_column("kind", overflow="fold")
+        table.add_column("msg/s", justify="right", overflow="fold")
         for kind, rate in sorted(kinds.items(), key=lambda kv: -kv[1])[:12]:
             table.add_row(kind, f"{rate:,.1f}")
         parts.append(table)
@@ -167,7 +167,7 @@ def render(statuses: list[m.NodeStatus], silent: list[str], before: list[m.NodeS
             if detail.ranks:
                 ranks = Table(title=f"ranks of {actor.name}", title_justify="left")
                 for column in ("rank", "state", "epoch", "steps", "ms/batch", "batches/s", "last report"):
-                    ranks.add_column(column, justify="left" if column == "state" else "right")
+                    ranks.add_column(column, justify="left" if column == "state" else "right", overflow="fold")
                 for rank in detail.ranks:
                     pace = rank.ms_per_batch
                     ranks.add_row(str(rank.rank), _state(rank.state), str(rank.epoch), str(rank.steps),
