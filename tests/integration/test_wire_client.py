@@ -41,7 +41,10 @@ def test_a_client_written_from_the_page_alone(transport: str, tmp_path: pathlib.
         with WireClient(endpoint, system.run_id, curve=curve) as client:
             welcome = client.hello()
             assert welcome["type"] == "welcome" and welcome["root_node_id"] in welcome["nodes"]
-            assert welcome["names"] == {"echo": welcome["root_node_id"]}
+            # Every node runs an introspector; names starting with "." are the runtime's (wire-protocol.md).
+            names = {name: node for name, node in welcome["names"].items() if not name.startswith(".")}
+            assert names == {"echo": welcome["root_node_id"]}
+            assert welcome["names"][f".introspect/{welcome['root_node_id']}"] == welcome["root_node_id"]
             update = client.register(["client/1"])
             assert update == {"type": "registry_update", "added": {"client/1": client.node_id}}
             assert "client/1" in system.names()
