@@ -7,6 +7,11 @@
   open and copy device-to-device in the consumer, against a device copy in
   the exporter; both timed with CUDA events over 10 back-to-back copies.  Target: at least 0.9 at 1 GiB.  ``tensor.cuda_ipc.export``
   and ``.open``: median handle export and open times.
+* ``tensor.shm_view.{64MiB,1GiB}``: export into a slot and open a view in the
+  consumer, no copy out: what a consumer that uses the weights in place pays
+  (docs/tensor-planes.md says when that is safe).
+* ``tensor.cuda_ipc_torch.*``: the CUDA IPC rows through torch's private
+  sharing, which the public API (cuda-python) replaced, in the same run.
 * ``tensor.frames.{64MiB,1GiB}``: the same over the frames plane (a socket,
   zero-copy above 64 KiB), for peers without shared memory; no target.
 * ``tensor.publish_group64``: what a trainer rank's publish of a 64-tensor
@@ -43,7 +48,8 @@ def _consumer() -> None:
     dst: dict[tuple[Any, ...], Any] = {}
     cuda, shm, frames = CudaIpcImporter(), ShmImporter(), FramesImporter()
     for line in sys.stdin:
-        refs = decoder.decode(bytes.fromhex(line.strip()))
+        mode, _, hexed = line.strip().rpartition(" ")
+        refs = decoder.decode(bytes.fromhex(hexed))
         t0 = time.perf_counter()
         opened = copied = 0.0
         for ref in refs.values():
@@ -51,6 +57,9 @@ def _consumer() -> None:
             o0 = time.perf_counter()
             src = importer.open(ref)
             opened += time.perf_counter() - o0
+            if mode == "view":  # used in place: nothing is copied out
+                del src
+                continue
             key = (ref.dtype, tuple(ref.shape), src.device.type)
             if key not in dst:
                 dst[key] = torch.empty_like(src)
@@ -88,10 +97,10 @@ class _Child:
         self.proc = subprocess.Popen([sys.executable, "-m", "actorwire.actors.bench._tensor", "consumer"],
                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
 
-    def send(self, refs: dict[str, m.TensorRef]) -> tuple[float, float, float]:
-        """Consumer-side seconds: in total, opening, and copying out."""
+    def send(self, refs: dict[str, m.TensorRef], mode: str = "copy") -> tuple[float, float, float]:
+        """Consumer-side seconds: in total, opening, and copying out (``mode="view"``: no copy)."""
         assert self.proc.stdin is not None and self.proc.stdout is not None
-        self.proc.stdin.write(msgspec.msgpack.encode(refs).hex() + "\n")
+        self.proc.stdin.write(f"{mode} {msgspec.msgpack.encode(refs).hex()}\n")
         self.proc.stdin.flush()
         total, opened, copied = self.proc.stdout.readline().split()
         return float(total), float(opened), float(copied)
@@ -107,12 +116,12 @@ def _best(fn: Any, repeats: int) -> float:
     return min(fn() for _ in range(repeats))
 
 
-def _move_rate(exporter: Any, src: Any, child: _Child, repeats: int) -> float:
+def _move_rate(exporter: Any, src: Any, child: _Child, repeats: int, mode: str = "copy") -> float:
     """GB/s of export here plus open and copy out in the child (best of ``repeats``, after a warm-up)."""
     def move() -> float:
         t0 = time.perf_counter()
         key, refs = exporter.export({"w": src})
-        child.send(refs)
+        child.send(refs, mode)
         exporter.release(key)
         return time.perf_counter() - t0
 
@@ -143,6 +152,8 @@ def run(sizes: list[str] | None = None, repeats: int = 3, progress: Any = sys.st
             with ShmExporter(slot_bytes=nbytes) as exporter:
                 results.append(Result.against(f"tensor.shm.{label}", _move_rate(exporter, src, child, repeats),
                                               "GB/s", base, ">= 0.5 of memcpy"))
+                results.append(Result.against(f"tensor.shm_view.{label}",
+                                              _move_rate(exporter, src, child, repeats, "view"), "GB/s", base))
             frames_exporter = FramesExporter()
             try:
                 results.append(Result.against(f"tensor.frames.{label}",
@@ -161,39 +172,44 @@ def run(sizes: list[str] | None = None, repeats: int = 3, progress: Any = sys.st
 def _cuda(child: _Child, sizes: list[str], repeats: int) -> list[Result]:
     import torch
 
-    from actorwire.transport.planes._cuda_ipc import CudaIpcExporter
+    from actorwire.transport.planes._cuda_ipc import CudaIpcExporter, cuda_python
 
     out: list[Result] = []
-    exporter = CudaIpcExporter()
-    export_times: list[float] = []
-    open_times: list[float] = []
-    for label in sizes:
-        nbytes = SIZES[label]
-        src = torch.ones(nbytes // 4, dtype=torch.float32, device="cuda")
-        dst = torch.empty_like(src)
+    paths = [("cuda_ipc", True)] if cuda_python() is not None else []
+    paths.append(("cuda_ipc_torch", False))  # torch's private sharing, which the public API replaced
+    for name, public in paths:
+        exporter = CudaIpcExporter(public_api=public)
+        export_times: list[float] = []
+        open_times: list[float] = []
+        for label in sizes:
+            nbytes = SIZES[label]
+            src = torch.ones(nbytes // 4, dtype=torch.float32, device="cuda")
+            dst = torch.empty_like(src)
 
-        def d2d(dst: Any = dst, src: Any = src) -> float:
-            return _gpu_copy_seconds(dst, src)
+            def d2d(dst: Any = dst, src: Any = src) -> float:
+                return _gpu_copy_seconds(dst, src)
 
-        base = nbytes / _best(d2d, repeats) / 1e9
+            base = nbytes / _best(d2d, repeats) / 1e9
 
-        def ipc(src: Any = src) -> float:
-            e0 = time.perf_counter()
-            key, refs = exporter.export({"w": src})
-            export_times.append(time.perf_counter() - e0)
-            _, opened, copied = child.send(refs)
-            open_times.append(opened)
-            exporter.release(key)
-            return copied
+            def ipc(src: Any = src, exporter: Any = exporter, export_times: list[float] = export_times,
+                    open_times: list[float] = open_times) -> float:
+                e0 = time.perf_counter()
+                key, refs = exporter.export({"w": src})
+                export_times.append(time.perf_counter() - e0)
+                _, opened, copied = child.send(refs)
+                open_times.append(opened)
+                exporter.release(key)
+                return copied
 
-        ipc()  # warm: CUDA context and first open in the consumer
-        # As in the reference figures: the consumer's copy out of the IPC-opened
-        # tensor, against a copy inside one process; export and open are reported apart.
-        out.append(Result.against(f"tensor.cuda_ipc.{label}", nbytes / _best(ipc, repeats) / 1e9, "GB/s", base,
-                                  ">= 0.9 of device copy at 1GiB" if label == "1GiB" else ""))
-        del src, dst
-    out.append(Result.against("tensor.cuda_ipc.export", statistics.median(export_times) * 1e3, "ms", None))
-    out.append(Result.against("tensor.cuda_ipc.open", statistics.median(open_times) * 1e3, "ms", None))
+            ipc()  # warm: CUDA context and first open in the consumer
+            # As in the reference figures: the consumer's copy out of the IPC-opened
+            # tensor, against a copy inside one process; export and open are reported apart.
+            out.append(Result.against(f"tensor.{name}.{label}", nbytes / _best(ipc, repeats) / 1e9, "GB/s", base,
+                                      ">= 0.9 of device copy at 1GiB" if label == "1GiB" and public else ""))
+            del src, dst
+        out.append(Result.against(f"tensor.{name}.export", statistics.median(export_times) * 1e3, "ms", None))
+        out.append(Result.against(f"tensor.{name}.open", statistics.median(open_times) * 1e3, "ms", None))
+        exporter.close()
     return out
 
 
