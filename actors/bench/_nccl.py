@@ -9,7 +9,9 @@ from 1 MiB to 1 GiB with our communicator and with ``torch.distributed``
 Bus bandwidth is ``bytes / time * 2 (n - 1) / n`` (NCCL's convention); on a
 single GPU that factor is 0, so algorithm bandwidth (``bytes / time``) is
 reported instead and the row says so.  Target: at least 0.95 of torch's at
-256 MiB and above.
+256 MiB and above.  ``nccl.all_reduce.call``: what one small all_reduce (one
+float) costs the caller, ours against torch's, in microseconds per call over
+2,000 calls (both enqueued without waiting).  Target: at most 1.2x torch's.
 """
 
 from __future__ import annotations
@@ -45,6 +47,20 @@ def _time(fn: Any, nbytes: int) -> float:
     return (time.perf_counter() - t0) / iters
 
 
+def _per_call(fn: Any, calls: int = 2000) -> float:
+    """Seconds per call of ``fn`` (enqueued work), the GPU drained before and after."""
+    import torch
+
+    for _ in range(50):
+        fn()
+    torch.cuda.synchronize()
+    t0 = time.perf_counter()
+    for _ in range(calls):
+        fn()
+    torch.cuda.synchronize()
+    return (time.perf_counter() - t0) / calls
+
+
 def local_rank_over_pipe(rank: int, world: int, *, timeout_s: float) -> Any:
     """A communicator for one of ``world`` processes on this host, GPU ``rank``, whose parent relays the id.
 
@@ -74,6 +90,11 @@ def _rank(rank: int, world: int, port: int) -> None:
     comm = local_rank_over_pipe(rank, world, timeout_s=120)
     store = dist.TCPStore("127.0.0.1", port, world, is_master=rank == 0)
     dist.init_process_group("nccl", store=store, rank=rank, world_size=world, device_id=torch.device("cuda", rank))
+    one = torch.ones(1, dtype=torch.float32, device="cuda")
+    ours_call = _per_call(lambda: comm.all_reduce(one, wait=False))
+    torch_call = _per_call(lambda: dist.all_reduce(one))
+    if rank == 0:
+        print(json.dumps({"call": True, "ours": ours_call, "torch": torch_call}), flush=True)
     for nbytes in SIZES:
         x = torch.ones(nbytes // 4, dtype=torch.float32, device="cuda")
         # Ours waits for completion inside each call (the deadline is polled); torch's is enqueued.
@@ -112,6 +133,12 @@ def run(world: int | None = None, progress: Any = sys.stderr) -> list[Result]:
         kind = "busbw" if world > 1 else "algbw (1 GPU)"
         for line in procs[0].stdout:
             row = json.loads(line)
+            if row.get("call"):
+                results.append(Result.against("nccl.all_reduce.call", row["ours"] * 1e6, "us", row["torch"] * 1e6,
+                                              "<= 1.2x torch"))
+                print(f"  one float: {row['ours'] * 1e6:.1f} vs torch {row['torch'] * 1e6:.1f} us a call",
+                      file=progress)
+                continue
             n = row["bytes"]
             ours, ref = n / row["ours"] / 1e9 * factor, n / row["torch"] / 1e9 * factor
             note = ">= 0.95 of torch" if n >= 256 << 20 else ""

@@ -179,6 +179,13 @@ class NcclCommunicator:
         error = self._async_error()
         if error is not None:
             self._poison(f"async error: {error}")
+        self._raise_if_unhealthy()
+
+    def _raise_if_unhealthy(self) -> None:
+        """What every operation checks on its way in: a flag, not a library call.  The async error is
+        read by the watchdog (every ``watchdog_interval``) and by an operation while it waits; reading it
+        on every call cost three ctypes calls and a lock a collective (profile: half of a small
+        all_reduce's 55 us on one H200, against torch's 26)."""
         if self._unhealthy is not None:
             raise CommUnhealthy(f"NCCL communicator rank {self._rank}/{self._world} is unhealthy "
                                 f"({self._unhealthy}); stop all ranks or re-form the group before retrying")
@@ -218,7 +225,7 @@ class NcclCommunicator:
     # -- operations -------------------------------------------------------------------------
 
     def _begin(self, op: str, tensor: Any, count: int, peer: int | None = None) -> tuple[Any, int]:
-        self.check()
+        self._raise_if_unhealthy()
         dtype = str(tensor.dtype).removeprefix("torch.")
         code = DTYPES.get(dtype)
         if code is None:
@@ -245,6 +252,8 @@ class NcclCommunicator:
 
     def _settle(self, op: str, code: int) -> None:
         """A non-blocking call may return ``ncclInProgress``: poll until it is enqueued (or failed)."""
+        if code == SUCCESS:
+            return  # enqueued: nothing to read (the watchdog and a waiting caller read the async error)
         lib = self.backend
         deadline = time.monotonic() + self.timeout_s
         while code == IN_PROGRESS:
@@ -260,7 +269,6 @@ class NcclCommunicator:
     def _finish(self, op: str, tensors: list[Any], wait: bool) -> None:
         marker = self.backend.done_marker(self._comm, self._stream)
         self.backend.order_after(marker, tensors)
-        self.check()
         if wait:
             self.wait(marker, op)
 
@@ -268,19 +276,22 @@ class NcclCommunicator:
         """Poll ``marker`` and the async error until done; raises on error, abort or deadline."""
         limit = self.timeout_s if timeout is None else timeout
         deadline = time.monotonic() + limit
+        polls = 0
         while True:
             if self._comm is None:
                 raise CommUnhealthy(f"{op} on rank {self._rank}/{self._world} was aborted")
             if marker.query():
-                self.check()
+                self._raise_if_unhealthy()
                 return
-            self.check()
+            self.check()  # still running: an async error may be why
             if time.monotonic() >= deadline:
                 self._poison(f"{op} did not complete within {limit:g} s")
                 self.abort()
                 raise CommTimeout(f"NCCL {op} on rank {self._rank}/{self._world} did not complete within {limit:g} s; "
                                   f"the communicator was aborted")
-            time.sleep(self.poll_interval)
+            # A small collective ends within microseconds: yield first, then sleep between polls.
+            polls += 1
+            time.sleep(0 if polls < 50 else self.poll_interval)
 
     def all_reduce(self, tensor: Any, op: str = "sum", *, wait: bool = True) -> None:
         """Reduce ``tensor`` in place over the group (``op``: sum, prod, max, min, avg)."""
