@@ -31,6 +31,7 @@ from actorwire.transport._log import get_logger
 from actorwire.transport.recording import Clock, Draw, Effect, Out
 
 _OUT = Out.__struct_config__.tag
+_time_ns = time.time_ns  # a module global: one look-up fewer per recorded tell
 
 if TYPE_CHECKING:
     from actorwire.actors.runtime._record import Recorder
@@ -219,9 +220,11 @@ class RecordingContext(LiveContext):
         return value
 
     def tell(self, target: str, message: Message, *, timeout: float | None = None) -> None:
+        wall = _time_ns()  # one clock read for the envelope and the Out row alike
         try:
-            _, sent = self._node.send_record(self.name, target, message, timeout=timeout,
-                                             trace_id=self.envelope.trace_id if self.envelope is not None else None)
+            envelope = self.envelope
+            _, sent = self._node.send_record(self.name, target, message, 0, timeout, True,
+                                             envelope.trace_id if envelope is not None else None, wall)
         except ActorDead as exc:
             # The target went down while this handler ran (its Down is on the way): a race the
             # replay cannot recompute, so the outcome is recorded and replay raises it again.
@@ -230,9 +233,9 @@ class RecordingContext(LiveContext):
             raise
         # An Out row (recording.row's tuple, built inline: this runs once per message sent).
         if isinstance(sent, bytes):  # the wire record: copied, not encoded again
-            self._write((_OUT, self.recorder.index, "tell", time.time_ns(), msgspec.Raw(sent)))
+            self._write((_OUT, self.recorder.index, "tell", wall, msgspec.Raw(sent)))
         else:
-            self._write((_OUT, self.recorder.index, "tell", time.time_ns(), (sent, message)))
+            self._write((_OUT, self.recorder.index, "tell", wall, (sent, message)))
 
     def ask(self, target: str, message: Message, *, timeout: float | None = None) -> int:
         corr = self._cell.ask(target, message, timeout)

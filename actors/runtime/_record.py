@@ -16,7 +16,6 @@ from typing import Any
 
 import msgspec
 
-from actorwire.messages import Envelope, Message
 from actorwire.transport._settings import settings
 from actorwire.transport.recording import (
     Begin,
@@ -27,7 +26,8 @@ from actorwire.transport.recording import (
 )
 
 _FLUSH_EVERY_NS = 200_000_000  # written out every 0.2 s at least, while messages come
-_IN = In.__struct_config__.tag  # In rows (recording.row), built inline: one per message handled
+IN_TAG = In.__struct_config__.tag  # In rows (recording.row), built inline: one per message handled
+_IN = IN_TAG
 
 
 class RecordSettings(msgspec.Struct, frozen=True):
@@ -79,24 +79,14 @@ class Recorder:
     def begin(self) -> None:
         self.writer.write(Begin(time.monotonic_ns(), time.time_ns()))
 
-    # The records written for every message are encoded from rows (see
-    # recording.row): the same bytes as the structs, without building them.
+    # The In row of every message handled is written by the live runtime itself (_Cell._handle builds
+    # recording.row's tuple inline); the other records come through write().
 
-    def message(self, envelope: Envelope, message: Message) -> None:
-        self.index += 1
-        self._current = (envelope, message, time.monotonic_ns(), time.time_ns())
-
-    def done(self, error: BaseException | None = None) -> None:
-        envelope, message, start, wall = self._current
-        end = time.monotonic_ns()
-        if error is None:
-            record: tuple[Any, ...] = (_IN, self.index, start, wall, envelope, message, end)
-        else:
-            record = (_IN, self.index, start, wall, envelope, message, end, f"{type(error).__name__}: {error}")
-        self.writer.write(record, self.index, wall)
-        if end - self._flushed > _FLUSH_EVERY_NS:
+    def handled_until(self, now_ns: int) -> None:
+        """The live runtime wrote In rows itself up to monotonic ``now_ns``: flush on schedule."""
+        if now_ns - self._flushed > _FLUSH_EVERY_NS:
             self.writer.flush()
-            self._flushed = end
+            self._flushed = now_ns
 
     def write(self, record: Any) -> None:
         self.writer.write(record)
