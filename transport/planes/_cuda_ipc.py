@@ -61,7 +61,9 @@ class IpcHandle(msgspec.Struct, frozen=True, tag="cuda_ipc", forbid_unknown_fiel
     mem: bytes  # cudaIpcMemHandle_t of the allocation
     size: int  # bytes of the allocation
     offset: int  # byte offset of the storage in the allocation
-    event: bytes  # cudaIpcEventHandle_t, recorded after the exporter's writes
+    #: cudaIpcEventHandle_t recorded after the exporter's writes; empty when the exporter synchronized
+    #: before it published (a serve ring's slot, whose handle outlives any one pack).
+    event: bytes = b""
 
 
 _IPC_HANDLE = msgspec.msgpack.Decoder(IpcHandle)
@@ -143,6 +145,22 @@ class _Mapping:
                 self._cuda.close_mem(self.ptr)
         except Exception:  # at interpreter exit CUDA may be gone already: the driver reclaims it
             pass
+
+
+def slot_handle(base: Any) -> tuple[int, bytes]:
+    """``(device index, handle)`` of a long-lived CUDA buffer whose writer synchronizes before each
+    publish (a serve ring's slot): CUDA's public API where cuda-python is installed, else torch's."""
+    import torch
+
+    bindings = cuda_python()
+    if bindings is None:
+        return share_handle(base.untyped_storage())
+    cuda = _Cuda(bindings)
+    device = base.device.index if base.device.index is not None else torch.cuda.current_device()
+    with torch.cuda.device(device):
+        ptr = base.untyped_storage().data_ptr()
+        start, size = cuda.allocation(ptr)
+        return device, msgspec.msgpack.encode(IpcHandle(mem=cuda.mem_handle(start), size=size, offset=ptr - start))
 
 
 def share_handle(storage: Any) -> tuple[int, bytes]:
@@ -262,7 +280,7 @@ class CudaIpcImporter:
     def _open(self, ref: TensorRef, handle: IpcHandle, device: int) -> Any:
         import torch
 
-        if len(handle.mem) != _HANDLE_BYTES or len(handle.event) != _HANDLE_BYTES or handle.size <= 0 \
+        if len(handle.mem) != _HANDLE_BYTES or len(handle.event) not in (0, _HANDLE_BYTES) or handle.size <= 0 \
                 or not 0 <= handle.offset < handle.size:
             raise BadHandle("malformed CUDA IPC handle")
         dtype = getattr(torch, ref.dtype, None)
@@ -289,7 +307,7 @@ class CudaIpcImporter:
                 ptr = self._cuda.open_mem(handle.mem)
                 base = torch.as_tensor(_Mapping(self._cuda, ptr, handle.size, device), device=f"cuda:{device}")
             self._bases[handle.mem] = base
-        if handle.event not in self._waited:
+        if handle.event and handle.event not in self._waited:
             with torch.cuda.device(device):
                 self._cuda.wait_event(handle.event, torch.cuda.current_stream(device).cuda_stream)
             self._waited.add(handle.event)

@@ -67,10 +67,10 @@ class ServeRing:
             base = torch.frombuffer(shm.buf, dtype=torch.uint8, count=size)
             return _Slot(base, shm.name.encode(), "cpu", shm)
         if self.plane is Plane.CUDA_IPC:
-            from actorwire.transport.planes._cuda_ipc import share_handle
+            from actorwire.transport.planes._cuda_ipc import slot_handle
 
             base = torch.empty(size, dtype=torch.uint8, device=self.device)
-            device_index, handle = share_handle(base.untyped_storage())
+            device_index, handle = slot_handle(base)
             return _Slot(base, handle, f"cuda:{device_index}")
         if self._server is None:
             self._server = FramesServer(self._frames_endpoint)
