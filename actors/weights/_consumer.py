@@ -32,11 +32,13 @@ from actorwire.actors.runtime._actor import Actor, effects_name, handler
 from actorwire.actors.runtime._context import Context
 from actorwire.actors.weights._plan import Chunk, WeightPlan
 from actorwire.messages import (
+    ActorDetail,
     BeginSync,
     DigestState,
     Down,
     EndSync,
     FreeGroup,
+    Plane,
     PullReply,
     PullRequest,
     PullWritten,
@@ -57,8 +59,16 @@ class WeightConsumer(Actor):
     """Pulls weights into ``tensors`` (name -> tensor of the consumer's model, written in place)."""
 
     def __init__(self, consumer_id: int, plan: WeightPlan, *, tensors: dict[str, Any] | None = None,
-                 wanted: list[str] | None = None) -> None:
+                 wanted: list[str] | None = None, host: str | None = None, address: str | None = None) -> None:
         self.consumer_id = consumer_id
+        if host is None or address is None:  # where this consumer runs, said at each reservation (recorded)
+            from actorwire.transport.planes._choose import host_address, host_identity
+
+            host = host_identity() if host is None else host
+            address = host_address() if address is None else address
+        self.host, self.address = host, address
+        #: Where the consumer keeps the weights (a model consumer says its device).
+        self.device = "cpu"
         if not isinstance(plan, WeightPlan):  # as decoded from a spawn config or a recording
             plan = msgspec.convert(plan, WeightPlan)
         self.plan = plan
@@ -68,6 +78,8 @@ class WeightConsumer(Actor):
         self.producer_ranks = sorted({c.rank for c in self.chunks} | {r for g in range(len(plan.group_lens))
                                                                       for r in plan.owners(g)})
         self.reserved: set[int] = set()
+        #: Producer rank -> the plane it serves this consumer on (as its reservation said).
+        self.planes: dict[int, str] = {}
         self.refused: str | None = None
         self.waiting: list[tuple[BeginSync, str]] = []
         # Per sync.
@@ -86,7 +98,15 @@ class WeightConsumer(Actor):
         self.digest_state = False
 
     def config(self) -> dict[str, Any]:
-        return {"consumer_id": self.consumer_id, "plan": self.plan, "wanted": self.wanted}
+        return {"consumer_id": self.consumer_id, "plan": self.plan, "wanted": self.wanted, "host": self.host,
+                "address": self.address}
+
+    def status(self, now: float) -> ActorDetail:
+        """For ``actorwire status``: the sync, and the plane each producer serves this consumer on."""
+        planes = dict(self.planes)
+        return ActorDetail(phase="syncing" if self.active else "idle", notes={
+            "sync": str(self.sync_id), "syncs done": str(self.syncs_done), "host": self.host,
+            **{f"plane from rank {rank}": plane for rank, plane in sorted(planes.items())}})
 
     @property
     def ready(self) -> bool:
@@ -116,7 +136,8 @@ class WeightConsumer(Actor):
             ctx.watch(producer)
             wanted = None if self.wanted is None else set(self.wanted)
             ctx.tell(producer, ReserveServeBuffer(consumer_id=self.consumer_id, nbytes=need.get(rank, 16),
-                                                  plan_digest=self.plan.pull_digest(self.consumer_id, rank, wanted)))
+                                                  plan_digest=self.plan.pull_digest(self.consumer_id, rank, wanted),
+                                                  host=self.host, address=self.address, device=self.device))
         if len(self.asked) < len(self.producer_ranks):
             ctx.start_timer("reserve", RESERVE_RETRY)
         else:
@@ -134,6 +155,8 @@ class WeightConsumer(Actor):
             ctx.log.warning("weights.unexpected_reservation", sender=ctx.sender)
             return
         self.reserved.add(rank)
+        if msg.plane is not None:
+            self.planes[rank] = Plane(msg.plane).value
         if self.ready:
             waiting, self.waiting = self.waiting, []
             for begin, sender in waiting:
@@ -303,8 +326,9 @@ class ModelConsumer(WeightConsumer):
     """
 
     def __init__(self, consumer_id: int, plan: WeightPlan, *, factory: str, factory_kwargs: dict[str, Any] | None = None,
-                 device: str = "cpu", wanted: list[str] | None = None) -> None:
-        super().__init__(consumer_id, plan, wanted=wanted)
+                 device: str = "cpu", wanted: list[str] | None = None, host: str | None = None,
+                 address: str | None = None) -> None:
+        super().__init__(consumer_id, plan, wanted=wanted, host=host, address=address)
         module, _, attr = factory.partition(":")
         if not module or not attr:
             raise InvalidArgument(f"factory must be 'module:function', not {factory!r}")

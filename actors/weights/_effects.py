@@ -59,7 +59,7 @@ class ProducerEffects(EffectsAdapter):
         if not self.obeys(ctx):
             return
         try:
-            self.ring.reserve(msg.ring, msg.slots, msg.nbytes)
+            self.ring.reserve(msg.ring, msg.slots, msg.nbytes, plane=msg.plane, toward=msg.toward)
         except Exception as exc:  # out of shared memory, of device memory: the consumer is told why
             ctx.tell(self.owner, RingReserved(ring=msg.ring, slot_nbytes=0, error=_reason(exc)))
             return

@@ -44,6 +44,7 @@ from actorwire.messages import (
     GroupsFreed,
     Message,
     PackPull,
+    Plane,
     PublishGroup,
     PullPacked,
     PullReply,
@@ -58,6 +59,7 @@ from actorwire.messages import (
 )
 from actorwire.transport._errors import InvalidArgument
 from actorwire.transport._settings import settings
+from actorwire.transport.planes._choose import choose_plane
 
 DEFAULT_STALL_TIMEOUT = 300.0
 
@@ -69,16 +71,21 @@ def consumer_name(prefix: str, consumer_id: int) -> str:
 class WeightProducer(Actor):
     """Serves one trainer rank's weights; see the module docstring for the protocol."""
 
-    def __init__(self, rank: int, plan: WeightPlan, *, plane: str = "shm", device: str = "cpu",
+    def __init__(self, rank: int, plan: WeightPlan, *, plane: str | None = None, device: str = "cpu",
                  stall_timeout: float = DEFAULT_STALL_TIMEOUT, prefix: str = "weights",
-                 digests: bool | None = None) -> None:
+                 digests: bool | None = None, host: str = "") -> None:
         if stall_timeout <= 0:
             raise InvalidArgument(f"stall_timeout must be positive, not {stall_timeout}")
         self.rank = rank
         if not isinstance(plan, WeightPlan):  # as decoded from a spawn config or a recording
             plan = msgspec.convert(plan, WeightPlan)
         self.plan = plan
+        #: The plane every consumer is served on, when one was forced; None: chosen per consumer, by
+        #: whether it is on this producer's ``host`` (cuda_ipc or shm) or elsewhere (frames).
         self.plane = plane
+        self.host = host
+        #: Serve ring -> the plane it was reserved on (its sharers are on one host).
+        self.ring_plane: dict[int, Plane] = {}
         self.device = device
         self.stall_timeout = stall_timeout
         self.prefix = prefix
@@ -119,7 +126,8 @@ class WeightProducer(Actor):
     def effects(self, name: str) -> Actor | None:
         from actorwire.actors.weights._effects import ProducerEffects
 
-        return ProducerEffects(name, plane=self.plane, device=self.device, digests=self.digests)
+        default = self.plane or choose_plane(self.device, same_host=True).value
+        return ProducerEffects(name, plane=default, device=self.device, digests=self.digests)
 
     def on_start(self, ctx: Context) -> None:
         self.io = effects_name(ctx.name)
@@ -144,6 +152,22 @@ class WeightProducer(Actor):
             ctx.tell(sender, SyncFailed(sync_id=0, reason=reason))
             return
         key = self.plan.ring_key(msg.consumer_id)
+        same_host = not msg.host or not self.host or msg.host == self.host
+        try:
+            plane = choose_plane(self.device, same_host=same_host, force=self.plane, environment=False)
+        except InvalidArgument as exc:  # a forced plane this consumer cannot be served on
+            reason = f"consumer {msg.consumer_id} (host {msg.host or 'this one'}): {exc}"
+            ctx.log.error("weights.no_plane", consumer=msg.consumer_id, reason=reason)
+            ctx.tell(sender, SyncFailed(sync_id=0, reason=reason))
+            return
+        known = self.ring_plane.get(key)
+        if known is not None and known is not plane and self.ring_owner.get(key, (msg.consumer_id,))[0] != msg.consumer_id:
+            reason = (f"consumer {msg.consumer_id} shares serve ring {key} on producer rank {self.rank} with consumer "
+                      f"{self.ring_owner[key][0]}, which is served on {known.value}, but would be served on "
+                      f"{plane.value} (another host): consumers sharing a ring must be on one host")
+            ctx.log.error("weights.shared_ring_across_hosts", consumer=msg.consumer_id, reason=reason)
+            ctx.tell(sender, SyncFailed(sync_id=0, reason=reason))
+            return
         first = self.ring_owner.get(key)
         if first is not None and first[1] != digest and first[0] != msg.consumer_id:
             reason = (f"consumers {first[0]} and {msg.consumer_id} share serve ring {key} on producer rank "
@@ -159,12 +183,14 @@ class WeightProducer(Actor):
                 self.reserving[key] = pending = ([0], [])
             pending[0][0] += 1
             pending[1].append((msg.consumer_id, sender))
-            ctx.tell(self.io, ReserveRing(ring=key, slots=self.plan.slots, nbytes=max(msg.nbytes, 1)))
+            self.ring_plane[key] = plane
+            ctx.tell(self.io, ReserveRing(ring=key, slots=self.plan.slots, nbytes=max(msg.nbytes, 1), plane=plane,
+                                          toward="" if same_host else msg.address))
         elif pending is not None:  # the ring is being (re)allocated: answer with its final size
             pending[1].append((msg.consumer_id, sender))
         else:
             ctx.tell(sender, ServeBufferReserved(consumer_id=msg.consumer_id, slots=self.plan.slots,
-                                                 slot_nbytes=self.slot_nbytes[key]))
+                                                 slot_nbytes=self.slot_nbytes[key], plane=self.ring_plane.get(key)))
 
     @handler
     def on_ring_reserved(self, msg: RingReserved, ctx: Context) -> None:
@@ -185,7 +211,8 @@ class WeightProducer(Actor):
                     f"producer rank {self.rank} could not reserve serve ring {msg.ring}: {msg.error}")))
             else:
                 ctx.tell(sender, ServeBufferReserved(consumer_id=cid, slots=self.plan.slots,
-                                                     slot_nbytes=self.slot_nbytes[msg.ring]))
+                                                     slot_nbytes=self.slot_nbytes[msg.ring],
+                                                     plane=self.ring_plane.get(msg.ring)))
 
     # -- the sync ----------------------------------------------------------------------------
 

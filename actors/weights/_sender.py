@@ -103,15 +103,20 @@ class WeightSender:
         self.groups = self.plan.groups()
         self.owned = set(self.plan.owned_groups(rank))
         self.held = held
-        from actorwire.transport.planes._choose import choose_plane
+        from actorwire.transport._settings import settings
+        from actorwire.transport.planes._choose import choose_plane, host_identity
 
-        chosen = choose_plane(device, same_host=True, force=plane)
-        self.producer = system.spawn(WeightProducer(rank, self.plan, plane=chosen.value, device=device,
-                                                    stall_timeout=stall_timeout, prefix=prefix),
+        forced = plane or settings().plane or None
+        if forced:
+            choose_plane(device, same_host=True, force=forced)  # a plane that cannot carry these weights: now
+        # Unless a plane is forced, the producer serves each consumer on the plane its host allows:
+        # cuda_ipc or shm for this host's consumers, frames for the others.
+        self.producer = system.spawn(WeightProducer(rank, self.plan, plane=forced, device=device,
+                                                    stall_timeout=stall_timeout, prefix=prefix, host=host_identity()),
                                      _names.producer(prefix, rank))
         self.sync_id = 0
-        self.log.info("weights.sender_ready", groups=len(self.groups), owned=len(self.owned), plane=chosen.value,
-                      plan=self.plan.digest)
+        self.log.info("weights.sender_ready", groups=len(self.groups), owned=len(self.owned),
+                      plane=forced or "per consumer", plan=self.plan.digest)
 
     # -- init --------------------------------------------------------------------------------
 

@@ -15,6 +15,7 @@ from typing import Annotated, Union
 import msgspec
 
 from .._base import Count, Message
+from ._enums import Plane
 from ._tensor import TensorRef
 
 #: ``seq`` is the consumer's *issue* index of a pull; it picks ring slot ``seq % K``.
@@ -84,11 +85,19 @@ class HeldNames(Message, frozen=True, tag="held_names"):
 
 
 class ReserveServeBuffer(Message, frozen=True, tag="reserve_serve_buffer"):
-    """Consumer init: reserve a ring of serve slots; the plan digest must agree."""
+    """Consumer init: reserve a ring of serve slots; the plan digest must agree.
+
+    ``host`` (the consumer's host, as ``ACTORWIRE_HOST`` or the host name says), ``address`` (where
+    that host is reached) and ``device`` let the producer choose the plane for this consumer:
+    cuda_ipc or shm on its own host, frames from elsewhere.  Empty: the producer's own host.
+    """
 
     consumer_id: Count
     nbytes: Count
     plan_digest: str | None = None
+    host: str = ""
+    address: str = ""
+    device: str = ""
 
 
 class ServeBufferReserved(Message, frozen=True, tag="serve_buffer_reserved"):
@@ -97,6 +106,8 @@ class ServeBufferReserved(Message, frozen=True, tag="serve_buffer_reserved"):
     consumer_id: Count
     slots: Count
     slot_nbytes: Count
+    #: The plane the producer serves this consumer on (chosen for its host, or forced).
+    plane: Plane | None = None
 
 
 class PullRequest(Message, frozen=True, tag="pull_request"):
@@ -125,11 +136,14 @@ class PullReply(Message, frozen=True, tag="pull_reply"):
 
 
 class ReserveRing(Message, frozen=True, tag="reserve_ring"):
-    """Producer -> its adapter: (re)allocate serve ring ``ring``: ``slots`` slots of ``nbytes``."""
+    """Producer -> its adapter: (re)allocate serve ring ``ring``: ``slots`` slots of ``nbytes``, on
+    ``plane`` (None: the adapter's own), its frames served towards ``toward`` (a consumer elsewhere)."""
 
     ring: Count
     slots: Count
     nbytes: Count
+    plane: Plane | None = None
+    toward: str = ""
 
 
 class RingReserved(Message, frozen=True, tag="ring_reserved"):

@@ -474,10 +474,11 @@ def test_sharers_with_different_plans_are_refused_naming_both() -> None:
 # -- effects live in the adapter: handlers only ask it ---------------------------------------
 
 
-def _bare_producer() -> ActorHarness:
+def _bare_producer(**kw: object) -> ActorHarness:
     """A producer whose adapter the test plays by hand (``effects=False``)."""
     plan = _plan()
-    h = ActorHarness(WeightProducer(0, plan), name=P0, peers=[SENDER, c(0), c(1)], effects=False)
+    h = ActorHarness(WeightProducer(0, plan, **kw), name=P0, peers=[SENDER, c(0), c(1), c(2)],  # type: ignore[arg-type]
+                     effects=False)
     h.start()
     return h
 
@@ -489,7 +490,7 @@ def test_the_producer_hands_reservation_and_packing_to_its_adapter() -> None:
     assert [(s.target, type(s.message)) for s in out] == [(io, m.ReserveRing)]
     out = h.deliver(m.RingReserved(ring=0, slot_nbytes=80), sender=io)
     assert [(s.target, s.message) for s in out] == [(c(0), m.ServeBufferReserved(consumer_id=0, slots=2,
-                                                                                 slot_nbytes=80))]
+                                                                                 slot_nbytes=80, plane=m.Plane.SHM))]
     begin(h, [0])
     publish(h, 0)
     out = h.deliver(m.PullRequest(sync_id=1, consumer_id=0, seq=0, names=["embed"]), sender=c(0))
@@ -500,6 +501,40 @@ def test_the_producer_hands_reservation_and_packing_to_its_adapter() -> None:
     out = h.deliver(m.PullPacked(ring=0, seq=0, tensors=packed), sender=io)
     assert [(s.target, type(s.message)) for s in out] == [(c(0), m.PullReply)]
     assert out[0].message.tensors == packed
+
+
+def test_the_producer_serves_each_consumer_on_the_plane_its_host_allows() -> None:
+    """Consumers on the producer's host get shm; one elsewhere gets frames, served towards its host."""
+    h = _bare_producer(host="node-a")
+    io = P0 + "/io"
+    reservations = {}
+    for cid, host in ((0, "node-a"), (1, "node-b"), (2, "")):  # "": an older consumer, taken as local
+        (ring,) = h.deliver(m.ReserveServeBuffer(consumer_id=cid, nbytes=64, plan_digest=h.actor.plan.digest,
+                                                 host=host, address=f"10.0.0.{cid}"), sender=c(cid))
+        assert ring.target == io
+        reservations[cid] = (ring.message.plane, ring.message.toward)
+    assert reservations == {0: (m.Plane.SHM, ""), 1: (m.Plane.FRAMES, "10.0.0.1"), 2: (m.Plane.SHM, "")}
+    out = h.deliver(m.RingReserved(ring=1, slot_nbytes=80), sender=io)
+    assert out[0].message.plane is m.Plane.FRAMES
+
+
+def test_a_forced_plane_serves_everyone_or_refuses_whom_it_cannot() -> None:
+    h = _bare_producer(host="node-a", plane="frames")
+    (ring,) = h.deliver(m.ReserveServeBuffer(consumer_id=0, nbytes=64, plan_digest=h.actor.plan.digest,
+                                             host="node-a"), sender=c(0))
+    assert ring.message.plane is m.Plane.FRAMES  # forced, even on this host
+    h = _bare_producer(host="node-a", plane="shm")
+    (refusal,) = h.deliver(m.ReserveServeBuffer(consumer_id=1, nbytes=64, plan_digest=h.actor.plan.digest,
+                                                host="node-b"), sender=c(1))
+    assert isinstance(refusal.message, m.SyncFailed)
+    assert refusal.message.reason == "consumer 1 (host node-b): plane shm works within one host only"
+
+
+def test_a_consumer_reports_its_host_and_the_model_its_device() -> None:
+    h = consumer(host="node-b", address="10.0.0.7")
+    out = h.start()
+    assert {(s.message.host, s.message.address, s.message.device) for s in out} == {("node-b", "10.0.0.7", "cpu")}
+    assert h.actor.config()["host"] == "node-b"  # recorded: a replay reserves as the run did
 
 
 def msgspec_replace(ref: m.TensorRef, **changes: object) -> m.TensorRef:

@@ -18,6 +18,7 @@ import pytest
 from conftest import TESTS
 from test_multiprocess import ENV, no_leaks  # noqa: F401  (the fixture)
 
+from actorwire import messages as m
 from actorwire.actors import ActorSystem
 from actorwire.transport import RuntimeConfig
 
@@ -116,3 +117,37 @@ def test_a_gpu_model_moves_bit_exact_over_cuda_ipc(system: ActorSystem, tmp_path
     for line in reports[0]:
         assert "error" not in line, line.get("error")
         assert line["digests"] == {"0": line["expected"], "1": line["expected"]}
+
+
+def test_one_sync_serves_a_consumer_here_on_shm_and_one_elsewhere_on_frames(system: ActorSystem,
+                                                                           tmp_path: pathlib.Path) -> None:
+    """A producer picks the plane per consumer from the host its reservation names: consumer 1 says it
+    runs elsewhere (its host apart, reached on loopback), so it is served frames over tcp while
+    consumer 0 reads shared memory, in the same sync, both bit-exact."""
+    env = {**ENV, "ACTORWIRE_INSECURE_TCP": "1"}  # the other "host" is loopback: plain tcp is allowed there
+    trainer = system.launch(TRAINER + [str(tmp_path), "0", "1", "--consumers", "2", "--syncs", "1"], rank=0, env=env)
+    children = []
+    try:
+        plan = msgspec.json.decode(_wait_file(tmp_path / "plan.json", 60, [trainer]))
+        for cid, where in ((0, {}), (1, {"host": "another-host", "address": "127.0.0.1"})):
+            name = f"weights/consumer/{cid}"
+            children.append(system.spawn_process({name: "actorwire.actors.weights:ModelConsumer"}, env=env,
+                                                 config={name: {"consumer_id": cid, "plan": plan,
+                                                                "factory": FACTORY, **where}}, timeout=60))
+        assert trainer.stop(timeout=90) == 0
+        (line,) = _lines(tmp_path / "rank0.jsonl")
+        assert "error" not in line, line["error"]
+        assert line["digests"] == {"0": line["expected"], "1": line["expected"]}  # both bit-exact
+        planes = {}
+        for name in (n for n in system._node.names(runtime=True) if n.startswith(".introspect/")):
+            status = system.ask(name, m.StatusRequest(), timeout=10, expect=m.NodeStatus)
+            for actor in status.actors:
+                if actor.name.startswith("weights/consumer/") and actor.detail is not None:
+                    planes[actor.name] = actor.detail.notes["plane from rank 0"]
+        assert planes == {"weights/consumer/0": "shm", "weights/consumer/1": "frames"}
+    finally:
+        trainer.kill()
+        trainer.wait(10)
+        for child in children:
+            child.kill()
+            child.wait(10)

@@ -9,6 +9,10 @@ and on the cuda_ipc plane their handles are opened once per consumer, not
 once per sync.
 
 Tensors are packed 16-byte aligned, so a whole pull costs one handle.
+
+Each ring has its plane: a producer serves the consumers of its own host on
+shm (cuda_ipc for GPU weights) and the others on frames, over tcp towards
+their host, in the same sync.
 """
 
 from __future__ import annotations
@@ -32,89 +36,123 @@ def _digest(base: Any, offset: int, nbytes: int) -> str:
 
 
 class _Slot:
-    def __init__(self, base: Any, handle: bytes, device: str, keep: Any = None) -> None:
+    def __init__(self, base: Any, handle: bytes, device: str, keep: Any = None, server: Any = None) -> None:
         self.base = base  # uint8 tensor the pack writes into
         self.handle = handle
         self.device = device
-        self.keep = keep  # the SharedMemory behind base, if any
+        self.keep = keep  # the SharedMemory behind base, or its frames key
+        self.server = server  # the frames server that serves it
 
 
 class ServeRing:
-    """Every consumer's ring of slots on one producer."""
+    """Every consumer's ring of slots on one producer.  ``plane`` is what a ring gets when its
+    reservation names none."""
 
     def __init__(self, plane: Plane | str, *, device: str = "cpu", frames_endpoint: str | None = None,
                  digests: bool = False) -> None:
-        self.plane = Plane(plane)
+        self.device = device
+        self.plane = self._check(Plane(plane))
         #: Put a SHA-256 of each packed tensor's bytes in its ref (recordings then show what moved).
         self.digests = digests
-        if self.plane is Plane.CUDA_IPC and not device.startswith("cuda"):
-            raise InvalidArgument(f"a cuda_ipc serve ring needs a CUDA device, not {device}")
-        if self.plane not in (Plane.SHM, Plane.CUDA_IPC, Plane.FRAMES):
-            raise InvalidArgument(f"plane {self.plane.value} cannot serve pulls")
-        self.device = device
         self._frames_endpoint = frames_endpoint
-        self._server: FramesServer | None = None
-        self._rings: dict[int, list[_Slot]] = {}
+        #: Frames servers by where they listen ("": this host's private ipc; else the address a remote
+        #: consumer reaches this host at).
+        self._servers: dict[str, FramesServer] = {}
+        self._rings: dict[int, tuple[Plane, list[_Slot]]] = {}
         self._prefix = _shm.segment_prefix("aws")
 
-    def _new_slot(self, consumer_id: int, index: int, nbytes: int) -> _Slot:
+    def _check(self, plane: Plane) -> Plane:
+        if plane is Plane.CUDA_IPC and not self.device.startswith("cuda"):
+            raise InvalidArgument(f"a cuda_ipc serve ring needs a CUDA device, not {self.device}")
+        if plane not in (Plane.SHM, Plane.CUDA_IPC, Plane.FRAMES):
+            raise InvalidArgument(f"plane {plane.value} cannot serve pulls")
+        return plane
+
+    def _frames_server(self, toward: str) -> FramesServer:
+        """The server for consumers reached at ``toward`` ("": this host's own, on private ipc)."""
+        server = self._servers.get(toward)
+        if server is None:
+            if toward:
+                from actorwire.transport._endpoints import local_address_towards
+
+                endpoint = f"tcp://{local_address_towards(toward)}:0"
+            else:
+                endpoint = self._frames_endpoint
+            server = self._servers[toward] = FramesServer(endpoint)
+        return server
+
+    def _new_slot(self, plane: Plane, toward: str, consumer_id: int, index: int, nbytes: int) -> _Slot:
         import torch
 
         size = max(nbytes, 16)
-        if self.plane is Plane.SHM:
+        if plane is Plane.SHM:
             shm = shared_memory.SharedMemory(name=f"{self._prefix}-{consumer_id}-{index}", create=True, size=size)
             _shm.own(shm)
             base = torch.frombuffer(shm.buf, dtype=torch.uint8, count=size)
             return _Slot(base, shm.name.encode(), "cpu", shm)
-        if self.plane is Plane.CUDA_IPC:
+        if plane is Plane.CUDA_IPC:
             from actorwire.transport.planes._cuda_ipc import slot_handle
 
             base = torch.empty(size, dtype=torch.uint8, device=self.device)
             device_index, handle = slot_handle(base)
             return _Slot(base, handle, f"cuda:{device_index}")
-        if self._server is None:
-            self._server = FramesServer(self._frames_endpoint)
+        server = self._frames_server(toward)
+        # A GPU producer's frames slot lives in host memory: the pack copies device to host.
         base = torch.empty(size, dtype=torch.uint8)
-        key = self._server.register(base)
-        return _Slot(base, handle_for(self._server.endpoint, key, self._server.curve_key), "cpu", key)
+        key = server.register(base)
+        return _Slot(base, handle_for(server.endpoint, key, server.curve_key), "cpu", key, server)
 
-    def reserve(self, consumer_id: int, slots: int, nbytes: int) -> None:
-        """(Re)allocate ``consumer_id``'s ring: ``slots`` slots of ``nbytes`` each."""
+    def reserve(self, consumer_id: int, slots: int, nbytes: int, *, plane: Plane | str | None = None,
+                toward: str = "") -> None:
+        """(Re)allocate ``consumer_id``'s ring: ``slots`` slots of ``nbytes`` each, on ``plane`` (default:
+        the ring's); a frames ring for a consumer elsewhere is served towards its host's ``toward``."""
         if slots < 1:
             raise InvalidArgument(f"a serve ring needs at least one slot, not {slots}")
+        chosen = self._check(Plane(plane)) if plane is not None else self.plane
         self.drop(consumer_id)
-        self._rings[consumer_id] = [self._new_slot(consumer_id, i, nbytes) for i in range(slots)]
+        self._rings[consumer_id] = (chosen, [self._new_slot(chosen, toward, consumer_id, i, nbytes)
+                                             for i in range(slots)])
+
+    def plane_of(self, consumer_id: int) -> Plane | None:
+        ring = self._rings.get(consumer_id)
+        return ring[0] if ring else None
 
     def slot_bytes(self, consumer_id: int) -> int:
         ring = self._rings.get(consumer_id)
-        return ring[0].base.numel() if ring else 0
+        return ring[1][0].base.numel() if ring else 0
 
     def pack(self, consumer_id: int, seq: int, tensors: dict[str, Any]) -> dict[str, TensorRef]:
         """Copy ``tensors`` into slot ``seq % K`` of the consumer's ring; their refs."""
-        ring = self._rings.get(consumer_id)
-        if ring is None:
+        entry = self._rings.get(consumer_id)
+        if entry is None:
             raise NotFound(f"consumer {consumer_id} reserved no serve ring here")
+        plane, ring = entry
         slot = ring[seq % len(ring)]
         layout, total = pack_layout(tensors)
         if total > slot.base.numel():
             raise InvalidArgument(f"pull {seq} of consumer {consumer_id} needs {total} bytes; its slots hold "
                              f"{slot.base.numel()} (reserved from a different plan?)")
         copy_packed(slot.base, layout, tensors)
-        if self.plane is Plane.CUDA_IPC:
+        if plane is Plane.CUDA_IPC:
             import torch
 
             # A handle says nothing about pending kernels: the copies must land first.
             torch.cuda.current_stream(slot.base.device).synchronize()
-            refs = packed_refs(self.plane, slot.handle, layout, tensors, device=slot.device, element_offsets=True)
+            refs = packed_refs(plane, slot.handle, layout, tensors, device=slot.device, element_offsets=True)
         else:
-            refs = packed_refs(self.plane, slot.handle, layout, tensors, device="cpu")
+            if self.device.startswith("cuda"):
+                import torch
+
+                torch.cuda.current_stream(self.device).synchronize()  # device-to-host copies landed
+            refs = packed_refs(plane, slot.handle, layout, tensors, device="cpu")
         if self.digests:
             refs = {name: msgspec.structs.replace(ref, digest=_digest(slot.base, layout[name], ref.nbytes))
                     for name, ref in refs.items()}
         return refs
 
     def drop(self, consumer_id: int) -> None:
-        for slot in self._rings.pop(consumer_id, []):
+        _, ring = self._rings.pop(consumer_id, (None, []))
+        for slot in ring:
             slot.base = None
             if isinstance(slot.keep, shared_memory.SharedMemory):
                 try:
@@ -122,8 +160,8 @@ class ServeRing:
                 except BufferError:
                     pass
                 _shm.unlink(slot.keep)
-            elif isinstance(slot.keep, int) and self._server is not None:
-                self._server.unregister(slot.keep)
+            elif slot.server is not None:
+                slot.server.unregister(slot.keep)
 
     @property
     def consumers(self) -> list[int]:
@@ -132,9 +170,9 @@ class ServeRing:
     def close(self) -> None:
         for cid in list(self._rings):
             self.drop(cid)
-        if self._server is not None:
-            self._server.close()
-            self._server = None
+        for server in self._servers.values():
+            server.close()
+        self._servers.clear()
 
 
 class TensorImporter:
