@@ -12,6 +12,8 @@
   (docs/tensor-planes.md says when that is safe).
 * ``tensor.cuda_ipc_torch.*``: the CUDA IPC rows through torch's private
   sharing, which the public API (cuda-python) replaced, in the same run.
+* ``tensor.frames_tcp.64MiB`` and ``tensor.frames_curve.64MiB``: the frames plane over tcp on
+  loopback, plain and with CURVE (as between hosts).
 * ``tensor.frames.{64MiB,1GiB}``: the same over the frames plane (a socket,
   zero-copy above 64 KiB), for peers without shared memory; no target.
 * ``tensor.publish_group64``: what a trainer rank's publish of a 64-tensor
@@ -93,9 +95,12 @@ def _gpu_copy_seconds(dst: Any, src: Any) -> float:
 
 
 class _Child:
-    def __init__(self) -> None:
+    def __init__(self, env: dict[str, str] | None = None) -> None:
+        import os
+
         self.proc = subprocess.Popen([sys.executable, "-m", "actorwire.actors.bench._tensor", "consumer"],
-                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                                     env={**os.environ, **(env or {})})
 
     def send(self, refs: dict[str, m.TensorRef], mode: str = "copy") -> tuple[float, float, float]:
         """Consumer-side seconds: in total, opening, and copying out (``mode="view"``: no copy)."""
@@ -130,13 +135,18 @@ def _move_rate(exporter: Any, src: Any, child: _Child, repeats: int, mode: str =
 
 
 def run(sizes: list[str] | None = None, repeats: int = 3, progress: Any = sys.stderr) -> list[Result]:
+    import tempfile
+
     import torch
 
+    from actorwire.transport._security import Security, keygen
     from actorwire.transport.planes._frames import FramesExporter
     from actorwire.transport.planes._shm import ShmExporter
 
     results: list[Result] = []
-    child = _Child()
+    keys = tempfile.mkdtemp(prefix="actorwire-bench-keys-")
+    keygen(keys)
+    child = _Child({"ACTORWIRE_KEYS": keys})  # its frames importer is a CURVE client where a server is one
     try:
         for label in sizes or list(SIZES):
             nbytes = SIZES[label]
@@ -160,12 +170,23 @@ def run(sizes: list[str] | None = None, repeats: int = 3, progress: Any = sys.st
                                               _move_rate(frames_exporter, src, child, repeats), "GB/s", base))
             finally:
                 frames_exporter.close()
+            if label == "64MiB":  # over tcp on loopback, plain and with CURVE, as between hosts
+                for name, security in (("frames_tcp", Security(insecure_tcp=True)), ("frames_curve", Security(keys=keys))):
+                    tcp_exporter = FramesExporter("tcp://127.0.0.1:0", security=security)
+                    try:
+                        results.append(Result.against(f"tensor.{name}.{label}",
+                                                      _move_rate(tcp_exporter, src, child, repeats), "GB/s", base))
+                    finally:
+                        tcp_exporter.close()
             del src, dst
         if torch.cuda.is_available():
             results += _cuda(child, sizes or list(SIZES), repeats)
         results += _publish_group64()
     finally:
         child.close()
+        import shutil
+
+        shutil.rmtree(keys, ignore_errors=True)
     return results
 
 

@@ -42,6 +42,9 @@ class _Slot:
         self.device = device
         self.keep = keep  # the SharedMemory behind base, or its frames key
         self.server = server  # the frames server that serves it
+        #: Frames keys of the tensors the slot serves in place (a CPU producer's frames ring copies
+        #: nothing): unregistered when the slot is packed again, K pulls later, or dropped.
+        self.served: list[bytes] = []
 
 
 class ServeRing:
@@ -72,6 +75,7 @@ class ServeRing:
         """The server for consumers reached at ``toward`` ("": this host's own, on private ipc)."""
         server = self._servers.get(toward)
         if server is None:
+            endpoint: str | None
             if toward:
                 from actorwire.transport._endpoints import local_address_towards
 
@@ -97,6 +101,8 @@ class ServeRing:
             device_index, handle = slot_handle(base)
             return _Slot(base, handle, f"cuda:{device_index}")
         server = self._frames_server(toward)
+        if not self.device.startswith("cuda"):  # CPU weights are served in place: no slot memory at all
+            return _Slot(None, b"", "cpu", None, server)
         # A GPU producer's frames slot lives in host memory: the pack copies device to host.
         base = torch.empty(size, dtype=torch.uint8)
         key = server.register(base)
@@ -119,7 +125,10 @@ class ServeRing:
 
     def slot_bytes(self, consumer_id: int) -> int:
         ring = self._rings.get(consumer_id)
-        return ring[1][0].base.numel() if ring else 0
+        if not ring:
+            return 0
+        slot = ring[1][0]
+        return slot.base.numel() if slot.base is not None else 1 << 62  # served in place: no bound
 
     def pack(self, consumer_id: int, seq: int, tensors: dict[str, Any]) -> dict[str, TensorRef]:
         """Copy ``tensors`` into slot ``seq % K`` of the consumer's ring; their refs."""
@@ -128,6 +137,8 @@ class ServeRing:
             raise NotFound(f"consumer {consumer_id} reserved no serve ring here")
         plane, ring = entry
         slot = ring[seq % len(ring)]
+        if slot.base is None:
+            return self._serve_in_place(slot, tensors)
         layout, total = pack_layout(tensors)
         if total > slot.base.numel():
             raise InvalidArgument(f"pull {seq} of consumer {consumer_id} needs {total} bytes; its slots hold "
@@ -150,9 +161,33 @@ class ServeRing:
                     for name, ref in refs.items()}
         return refs
 
+    def _serve_in_place(self, slot: _Slot, tensors: dict[str, Any]) -> dict[str, TensorRef]:
+        """A CPU producer's frames pull: each tensor served from its own bytes (the producer holds the
+        group until every consumer freed it, and a consumer fetches before it frees)."""
+        import torch
+
+        server = slot.server
+        for key in slot.served:  # pull seq - K: drained before this one was issued
+            server.unregister(key)
+        slot.served = []
+        refs: dict[str, TensorRef] = {}
+        for name, t in tensors.items():
+            flat = t.detach().contiguous().reshape(-1).view(torch.uint8)
+            key = server.register(flat)
+            slot.served.append(key)
+            (ref,) = packed_refs(Plane.FRAMES, handle_for(server.endpoint, key, server.curve_key), {name: 0},
+                                 {name: t}, device="cpu").values()
+            if self.digests:
+                ref = msgspec.structs.replace(ref, digest=_digest(flat, 0, ref.nbytes))
+            refs[name] = ref
+        return refs
+
     def drop(self, consumer_id: int) -> None:
         _, ring = self._rings.pop(consumer_id, (None, []))
         for slot in ring:
+            for key in slot.served:
+                slot.server.unregister(key)
+            slot.served = []
             slot.base = None
             if isinstance(slot.keep, shared_memory.SharedMemory):
                 try:
@@ -160,7 +195,7 @@ class ServeRing:
                 except BufferError:
                     pass
                 _shm.unlink(slot.keep)
-            elif slot.server is not None:
+            elif slot.server is not None and slot.keep is not None:
                 slot.server.unregister(slot.keep)
 
     @property
