@@ -8,6 +8,7 @@ They need root and ``ip netns``; elsewhere they skip, saying why.
 
 from __future__ import annotations
 
+import json
 import os
 import pathlib
 import queue
@@ -183,5 +184,37 @@ def test_a_host_without_the_key_gets_nothing_through(net: Net, tmp_path: pathlib
         assert net.addr["x"] in line
         stranger_out, _ = stranger.communicate(timeout=60)
         assert stranger.returncode != 0 and "joined" not in stranger_out
+    finally:
+        stop_process(*procs)
+
+
+@pytest.mark.parametrize("net", [["t", "r"]], indirect=True)
+def test_a_producer_serves_its_hosts_consumer_on_shm_and_the_other_hosts_on_frames_over_curve(
+        net: Net, tmp_path: pathlib.Path) -> None:
+    """Weight transfer across two hosts: the trainer's producer learns each consumer's host at its
+    reservation and serves consumer 0 (its own host) on shared memory and consumer 1 (the other
+    namespace) on frames over tcp with CURVE, in one sync, both bit-exact."""
+    from actorwire.transport._security import keygen
+
+    keygen(tmp_path / "keys")
+    script = str(ROOT / "tests" / "_weight_hosts.py")
+    out = tmp_path / "run"
+    out.mkdir()
+    procs: list[subprocess.Popen] = []
+    try:
+        root = net.popen("t", [sys.executable, script, "root", str(out), f"tcp://{net.addr['t']}:29556"],
+                         _env(tmp_path / "keys", ACTORWIRE_HOST=net.addr["t"]))
+        procs.append(root)
+        lines = Lines(root)
+        endpoint, run_id = lines.wait_for("tcp://", 60).split()
+        procs.append(net.popen("r", [sys.executable, script, "consumer", str(out), endpoint, run_id],
+                               _env(tmp_path / "keys", ACTORWIRE_HOST=net.addr["r"])))
+        result = json.loads(lines.wait_for('"planes"', 180))
+        assert result["trainer"] == 0, result
+        report = result["report"]
+        assert "error" not in report, report
+        assert report["digests"] == {"0": report["expected"], "1": report["expected"]}  # both bit-exact
+        assert result["planes"] == {"weights/consumer/0": "shm", "weights/consumer/1": "frames"}
+        assert root.wait(60) == 0
     finally:
         stop_process(*procs)
