@@ -796,7 +796,10 @@ class Node:
             finally:
                 lock.release()
             self._seq[sender] = seq
-            line.socket.send(self._codec.join_records([record]))
+            try:
+                line.socket.send(self._codec.join_records([record]), _NOBLOCK)
+            except zmq.Again:  # the peer refused the line: the I/O thread re-sends the ask, and its reply
+                line.refused = True  # settles it through the node (later asks go that way at once)
             reply = self._await_line(line, pending, waiter)
         pair.answered = (node_id, seq)
         return reply
@@ -1183,10 +1186,22 @@ class Node:
         self._links["@root"] = _Link("@root", sock, self.root_endpoint)
         self._say_hello(sock)
 
-    def _say_hello(self, sock: zmq.Socket) -> None:
+    def _say_hello(self, sock: zmq.Socket) -> bool:
+        """Queue the hello on a DEALER that was just connected; never wait.
+
+        connect() makes the socket's pipe at once, so the hello only finds none when the peer already
+        refused the connection (a CURVE key it does not allow tore the pipe down): nothing sent there
+        would be taken, and the refusal reaches the user through the socket's monitor.  A blocking send
+        waited for a pipe that never came (a join hung 120 s in a test run beside other load)."""
         hello = Hello(protocol_version=PROTOCOL_VERSION, run_id=self.run_id, node=self.info)
         envelope = Envelope(sender=self.node_id, target=NODE, seq=0)
-        sock.send_multipart([self._codec.encode_envelope(envelope), self._codec.encode_message(hello)])
+        try:
+            sock.send(self._codec.encode_envelope(envelope), _SNDMORE | _NOBLOCK)
+        except zmq.Again:
+            self._log.debug("no connection to say hello on: the peer refused it")
+            return False
+        sock.send(self._codec.encode_message(hello), _NOBLOCK)  # the rest of a message never waits
+        return True
 
     def _to_root(self, message: Message, correlation_id: int = 0) -> None:
         if self.is_root:
