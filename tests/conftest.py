@@ -49,6 +49,21 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.skip(reason=f"needs 2 CUDA devices; {devices} visible"))
 
 
+def child_env() -> dict[str, str]:
+    """This environment, with tests/ on the path: child processes import tests/_actors and friends."""
+    return {**os.environ, "PYTHONPATH": str(TESTS) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+
+
+def wait_until(condition: Callable[[], bool], timeout: float = 30.0) -> None:
+    """Poll ``condition`` until it holds; fail the test after ``timeout`` seconds."""
+    import time
+
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.01)
+
+
 def stop_process(*procs: subprocess.Popen, timeout: float = 30) -> None:  # type: ignore[type-arg]
     """Kill a test's child processes that still run, reap them and close their pipes (no ResourceWarning)."""
     for proc in procs:

@@ -251,27 +251,10 @@ def _cmd_top(args: argparse.Namespace) -> int:
             return 0  # Ctrl-C is how top ends
 
 
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number of seconds, got {text!r}") from None
-    if not 0 < value < float("inf"):
-        raise argparse.ArgumentTypeError(f"expected a positive number of seconds, got {text!r}")
-    return value
-
-
-def _count(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}") from None
-    if value <= 0:
-        raise argparse.ArgumentTypeError(f"expected a positive integer, got {text!r}")
-    return value
-
-
 def add_parsers(sub: Any) -> None:
+    from actorwire.actors.cli._main import _positive as positive
+    from actorwire.actors.cli._main import _seconds as seconds
+
     for name, text in (("status", "show a running system once: nodes, actors, ranks, rates, errors"),
                        ("top", "show a running system, redrawn until Ctrl-C")):
         p = sub.add_parser(name, help=text)
@@ -279,14 +262,14 @@ def add_parsers(sub: Any) -> None:
         p.add_argument("--join", metavar="ENDPOINT", help="the root's endpoint of a run elsewhere (with --run-id; "
                                                           "over tcp, ACTORWIRE_KEYS holds the keys)")
         p.add_argument("--run-id", metavar="ID", help="that run's id")
-        p.add_argument("--timeout", type=_seconds, default=5.0, metavar="S",
+        p.add_argument("--timeout", type=seconds, default=5.0, metavar="S",
                        help="how long to wait for the run and for each node's answer (default 5)")
         if name == "status":
-            p.add_argument("--window", type=_seconds, default=1.0, metavar="S",
+            p.add_argument("--window", type=seconds, default=1.0, metavar="S",
                            help="rates are counted over this long (default 1)")
             p.add_argument("--json", action="store_true", help="print the nodes' records as JSON")
             p.set_defaults(func=_cmd_status)
         else:
-            p.add_argument("--interval", type=_seconds, default=1.0, metavar="S", help="redraw every S (default 1)")
-            p.add_argument("--count", type=_count, metavar="N", help="stop after N redraws")
+            p.add_argument("--interval", type=seconds, default=1.0, metavar="S", help="redraw every S (default 1)")
+            p.add_argument("--count", type=positive, metavar="N", help="stop after N redraws")
             p.set_defaults(func=_cmd_top)

@@ -148,8 +148,7 @@ class WeightProducer(Actor):
         if digest.split(":", 1)[0] != self.plan.digest:
             reason = (f"consumer {msg.consumer_id} was built from weight plan {digest.split(':', 1)[0]}, producer "
                       f"rank {self.rank} serves plan {self.plan.digest}: rebuild the consumer from the trainer's plan")
-            ctx.log.error("weights.plan_mismatch", consumer=msg.consumer_id, reason=reason)
-            ctx.tell(sender, SyncFailed(sync_id=0, reason=reason))
+            self._refuse_reservation(ctx, sender, msg.consumer_id, "weights.plan_mismatch", reason)
             return
         key = self.plan.ring_key(msg.consumer_id)
         same_host = not msg.host or not self.host or msg.host == self.host
@@ -157,24 +156,21 @@ class WeightProducer(Actor):
             plane = choose_plane(self.device, same_host=same_host, force=self.plane, environment=False)
         except InvalidArgument as exc:  # a forced plane this consumer cannot be served on
             reason = f"consumer {msg.consumer_id} (host {msg.host or 'this one'}): {exc}"
-            ctx.log.error("weights.no_plane", consumer=msg.consumer_id, reason=reason)
-            ctx.tell(sender, SyncFailed(sync_id=0, reason=reason))
+            self._refuse_reservation(ctx, sender, msg.consumer_id, "weights.no_plane", reason)
             return
         known = self.ring_plane.get(key)
         if known is not None and known is not plane and self.ring_owner.get(key, (msg.consumer_id,))[0] != msg.consumer_id:
             reason = (f"consumer {msg.consumer_id} shares serve ring {key} on producer rank {self.rank} with consumer "
                       f"{self.ring_owner[key][0]}, which is served on {known.value}, but would be served on "
                       f"{plane.value} (another host): consumers sharing a ring must be on one host")
-            ctx.log.error("weights.shared_ring_across_hosts", consumer=msg.consumer_id, reason=reason)
-            ctx.tell(sender, SyncFailed(sync_id=0, reason=reason))
+            self._refuse_reservation(ctx, sender, msg.consumer_id, "weights.shared_ring_across_hosts", reason)
             return
         first = self.ring_owner.get(key)
         if first is not None and first[1] != digest and first[0] != msg.consumer_id:
             reason = (f"consumers {first[0]} and {msg.consumer_id} share serve ring {key} on producer rank "
                       f"{self.rank} but their pull plans differ ({first[1]} vs {digest}); sharers must want the "
                       f"same weights")
-            ctx.log.error("weights.shared_plan_mismatch", consumer=msg.consumer_id, reason=reason)
-            ctx.tell(sender, SyncFailed(sync_id=0, reason=reason))
+            self._refuse_reservation(ctx, sender, msg.consumer_id, "weights.shared_plan_mismatch", reason)
             return
         pending = self.reserving.get(key)
         if first is None or first[0] == msg.consumer_id or self.slot_nbytes.get(key, 0) < msg.nbytes:
@@ -191,6 +187,13 @@ class WeightProducer(Actor):
         else:
             ctx.tell(sender, ServeBufferReserved(consumer_id=msg.consumer_id, slots=self.plan.slots,
                                                  slot_nbytes=self.slot_nbytes[key], plane=self.ring_plane.get(key)))
+
+    @staticmethod
+    def _refuse_reservation(ctx: Context, sender: str, consumer_id: int, event: str, reason: str) -> None:
+        """A reservation this producer will not serve: logged, and the consumer told why (every sync of
+        it then fails with that reason)."""
+        ctx.log.error(event, consumer=consumer_id, reason=reason)
+        ctx.tell(sender, SyncFailed(sync_id=0, reason=reason))
 
     @handler
     def on_ring_reserved(self, msg: RingReserved, ctx: Context) -> None:

@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 import pytest
 from _wire_client import WireClient, batch, envelope
-from conftest import TESTS
+from conftest import TESTS, child_env, wait_until
 
 from actorwire import messages as m
 from actorwire.actors import ActorSystem, RuntimeConfig
@@ -27,21 +27,10 @@ SYSTEM_CONFIG = RuntimeConfig(heartbeat_interval=0.2, staleness_timeout=5.0)
 FAST = RuntimeConfig(heartbeat_interval=0.2, staleness_timeout=1.0)
 
 
-def _env() -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": str(TESTS) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-
-
-def _wait_until(condition: Callable[[], bool], timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.01)
-
-
 def _tell_as_worker_1(system: ActorSystem, first: int, count: int) -> tuple[int, int]:
     """Run tests/_teller.py: ``count`` tells from "worker/1", then its ask; (errors, total) it was told."""
     proc = subprocess.run([sys.executable, str(TESTS / "_teller.py"), system.endpoint, system.run_id,
-                           str(first), str(count)], env=_env(), capture_output=True, text=True, timeout=60)
+                           str(first), str(count)], env=child_env(), capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0, proc.stderr[-3000:]
     errors, total = proc.stdout.split()
     return int(errors), int(total)
@@ -62,7 +51,7 @@ def test_a_restarted_sender_under_a_reused_name_loses_nothing(
 
         system.spawn(Counter(), "counter")
         assert _tell_as_worker_1(system, 0, 201) == (0, 201)
-        _wait_until(lambda: "worker/1" not in system.names())
+        wait_until(lambda: "worker/1" not in system.names())
         # The second incarnation's sequence numbers start at 1 again: its stream is a new one.
         assert _tell_as_worker_1(system, 201, 51) == (0, 252)
 
@@ -90,7 +79,7 @@ def test_a_sender_name_the_source_node_does_not_hold_is_refused(system: ActorSys
 
 
 def test_a_reply_from_a_node_the_ask_did_not_go_to_is_refused(system: ActorSystem) -> None:
-    system.spawn_process({"sleeper": "_actors:Sleeper"}, env={**_env(), "SLEEPER_SECONDS": "1"})
+    system.spawn_process({"sleeper": "_actors:Sleeper"}, env={**child_env(), "SLEEPER_SECONDS": "1"})
     real = system.ask("sleeper", m.SyncNow(), timeout=30)
     system.tell("sleeper", m.Throttle())  # the next ask waits a second for its answer
     with _liar(system) as liar:
@@ -167,7 +156,7 @@ def test_a_flood_from_a_peer_that_never_said_hello_is_refused_unread_and_logged_
             victim = system.inbox("victim")
             honest.tell("liar/1", "victim", {"type": "sync_now"})
             assert victim.get(timeout=10) is not None
-        _wait_until(lambda: sum(n for (peer, _), n in system._node.refusals().items()
+        wait_until(lambda: sum(n for (peer, _), n in system._node.refusals().items()
                                 if peer == liar.node_id) == 20)
     lines = [r for r in caplog.records if liar.node_id in r.getMessage()]
     assert len(lines) == 1, [r.getMessage() for r in lines]
@@ -185,7 +174,7 @@ def test_a_peer_that_overruns_its_credit_window_is_disconnected(setenv: Callable
             liar.tell("liar/1", "tally", {"type": "throttle"})
             for step in range(100):  # ignores the credit it was granted
                 liar.tell("liar/1", "tally", {"type": "heartbeat", "rank": 0, "step_count": step})
-            _wait_until(lambda: "liar/1" not in system.names())
+            wait_until(lambda: "liar/1" not in system.names())
         tally = system.ask("tally", m.SyncNow(), timeout=30)
         assert tally.step_count < 16  # type: ignore[attr-defined]
 
@@ -198,7 +187,7 @@ def test_a_peer_that_opens_streams_without_end_is_disconnected(system: ActorSyst
     with _liar(system) as liar:
         for thread in range(9):
             liar.tell(f"~{liar.node_id}/thread-{thread}", "victim", {"type": "sync_now"})
-        _wait_until(lambda: "liar/1" not in system.names())
+        wait_until(lambda: "liar/1" not in system.names())
         assert (liar.node_id, "disconnected: it opened more than 8 streams") in system._node.refusals()
 
 
@@ -235,7 +224,7 @@ def test_a_member_believes_a_new_name_only_once_the_root_has_registered_it(syste
             to_member.send(batch((envelope("liar/2", "victim", 1), {"type": "sync_now", "cycle": 2})))
             got = victim.get(timeout=10)
             assert got is not None and (got.envelope.sender, got.message) == ("liar/2", m.SyncNow(cycle=2))
-            _wait_until(lambda: any("never given by the registry" in what for (peer, what) in member._node.refusals()
+            wait_until(lambda: any("never given by the registry" in what for (peer, what) in member._node.refusals()
                                     if peer == liar.node_id))
             assert victim.poll() is None
     finally:
@@ -271,7 +260,7 @@ def test_the_update_that_follows_the_welcome_at_once_is_the_roots(tmp_path: path
         else:
             for env, body in records:
                 root.send_multipart([identity, msgpack.packb(env), msgpack.packb(body)])
-        _wait_until(lambda: member.names() == ["far/actor"] or bool(member.refusals()), timeout=10)
+        wait_until(lambda: member.names() == ["far/actor"] or bool(member.refusals()), timeout=10)
         assert member.names() == ["far/actor"] and member.refusals() == {}
     finally:
         member.close(announce=False)

@@ -8,17 +8,15 @@ sockets (tests/_wire_client.py).
 
 from __future__ import annotations
 
-import os
 import pathlib
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Callable
 
 import pytest
 from _wire_client import NODE, WireClient, batch, envelope
-from conftest import TESTS
+from conftest import TESTS, child_env, wait_until
 
 from actorwire import messages as m
 from actorwire.actors import ActorSystem, RuntimeConfig
@@ -28,17 +26,6 @@ from actorwire.transport._node import Node
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 CONFIG = RuntimeConfig(heartbeat_interval=0.2, staleness_timeout=5.0)
-
-
-def _env() -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": str(TESTS) + os.pathsep + os.environ.get("PYTHONPATH", "")}
-
-
-def _wait_until(condition: Callable[[], bool], timeout: float = 30.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not condition():
-        assert time.monotonic() < deadline, "condition not met in time"
-        time.sleep(0.01)
 
 
 @pytest.mark.parametrize("transport", ["ipc", "tcp"])
@@ -60,7 +47,7 @@ def test_asks_on_lines_keep_each_threads_stream_in_order(
         assert system.endpoint.startswith(transport)
         system.spawn(Counter(), "counter")
         proc = subprocess.run([sys.executable, str(TESTS / "_asker.py"), system.endpoint, system.run_id,
-                               "200", "3"], env=_env(), capture_output=True, text=True, timeout=90)
+                               "200", "3"], env=child_env(), capture_output=True, text=True, timeout=90)
         assert proc.returncode == 0, proc.stderr[-3000:]
         assert proc.stdout.strip() == "ok"
         node = system._node
@@ -68,21 +55,27 @@ def test_asks_on_lines_keep_each_threads_stream_in_order(
         assert node._streams.gaps == 0  # and none came ahead of a tell before it
 
 
+def _waiting_on_its_line(system: ActorSystem) -> tuple[threading.Thread, list[BaseException]]:
+    """A thread asking "sleeper" a Throttle (never answered), returned once its ask is pending."""
+    outcome: list[BaseException] = []
+
+    def ask() -> None:
+        try:
+            system.ask("sleeper", m.Throttle(), timeout=60)
+        except BaseException as exc:  # noqa: BLE001 - the test reads it
+            outcome.append(exc)
+
+    asker = threading.Thread(target=ask)
+    asker.start()
+    wait_until(lambda: len(system._node._asks) > 0)
+    return asker, outcome
+
+
 def test_an_ask_on_a_line_fails_when_its_target_dies() -> None:
     with ActorSystem(config=CONFIG) as system:
-        child = system.spawn_process({"sleeper": "_actors:Sleeper"}, env={**_env(), "SLEEPER_SECONDS": "60"})
+        child = system.spawn_process({"sleeper": "_actors:Sleeper"}, env={**child_env(), "SLEEPER_SECONDS": "60"})
         system.ask("sleeper", m.SyncNow(), timeout=30)  # the line is open
-        outcome: list[BaseException] = []
-
-        def ask() -> None:
-            try:
-                system.ask("sleeper", m.Throttle(), timeout=60)
-            except BaseException as exc:  # noqa: BLE001 - the test reads it
-                outcome.append(exc)
-
-        asker = threading.Thread(target=ask)
-        asker.start()
-        time.sleep(0.3)
+        asker, outcome = _waiting_on_its_line(system)
         child.kill()
         asker.join(30)
         assert not asker.is_alive() and isinstance(outcome[0], ActorDead)
@@ -90,7 +83,7 @@ def test_an_ask_on_a_line_fails_when_its_target_dies() -> None:
 
 def test_an_ask_on_a_line_times_out_with_the_targets_name() -> None:
     with ActorSystem(config=CONFIG) as system:
-        system.spawn_process({"sleeper": "_actors:Sleeper"}, env={**_env(), "SLEEPER_SECONDS": "5"})
+        system.spawn_process({"sleeper": "_actors:Sleeper"}, env={**child_env(), "SLEEPER_SECONDS": "5"})
         system.ask("sleeper", m.SyncNow(), timeout=30)
         with pytest.raises(AskTimeout, match="sleeper"):
             system.ask("sleeper", m.Throttle(), timeout=0.5)  # Throttle is never answered
@@ -99,19 +92,9 @@ def test_an_ask_on_a_line_times_out_with_the_targets_name() -> None:
 def test_shutdown_ends_an_ask_waiting_on_a_line() -> None:
     system = ActorSystem(config=CONFIG)
     try:
-        system.spawn_process({"sleeper": "_actors:Sleeper"}, env={**_env(), "SLEEPER_SECONDS": "60"})
+        system.spawn_process({"sleeper": "_actors:Sleeper"}, env={**child_env(), "SLEEPER_SECONDS": "60"})
         system.ask("sleeper", m.SyncNow(), timeout=30)
-        outcome: list[BaseException] = []
-
-        def ask() -> None:
-            try:
-                system.ask("sleeper", m.Throttle(), timeout=60)
-            except BaseException as exc:  # noqa: BLE001 - the test reads it
-                outcome.append(exc)
-
-        asker = threading.Thread(target=ask)
-        asker.start()
-        time.sleep(0.3)
+        asker, outcome = _waiting_on_its_line(system)
     finally:
         system.shutdown(timeout=2.0, clean=False)
     asker.join(30)
@@ -158,7 +141,7 @@ def test_a_line_that_does_not_say_hello_first_is_refused() -> None:
             line.setsockopt(zmq.IDENTITY, f"{client.node_id}\x1f1".encode())
             line.connect(system.endpoint)
             line.send(batch((envelope("liar/1", "victim", 1), {"type": "sync_now"})))
-            _wait_until(lambda: _refused(system, client.node_id, "did not say hello"))
+            wait_until(lambda: _refused(system, client.node_id, "did not say hello"))
         assert victim.poll() is None
 
 
@@ -168,7 +151,7 @@ def test_a_line_whose_hello_names_another_node_is_refused() -> None:
         with _member(system) as client, _member(system, "liar/2") as other:
             line = client.line(system.endpoint, hello_as=other.node_id)
             line.send(batch((envelope("liar/1", "victim", 1, 7), {"type": "sync_now"})))
-            _wait_until(lambda: _refused(system, client.node_id, "not a member")
+            wait_until(lambda: _refused(system, client.node_id, "not a member")
                         or _refused(system, client.node_id, "did not say hello"))
         assert victim.poll() is None
 
@@ -178,7 +161,7 @@ def test_a_line_from_a_node_that_never_joined_is_refused() -> None:
         stranger = WireClient(system.endpoint, system.run_id)  # never says hello to the root
         with stranger:
             line = stranger.line(system.endpoint)  # kept: the socket closes with the client
-            _wait_until(lambda: _refused(system, stranger.node_id, "not a member"))
+            wait_until(lambda: _refused(system, stranger.node_id, "not a member"))
             assert not line.closed
 
 
@@ -190,5 +173,5 @@ def test_a_line_carries_asks_only() -> None:
             update = {"type": "registry_update", "removed": ["victim"], "added": {}}
             line.send(batch((envelope(client.node_id, NODE, 0), update),
                             (envelope("liar/1", "victim", 1, 9, is_reply=True), {"type": "sync_now"})))
-            _wait_until(lambda: _refused(system, client.node_id, "lines carry asks"))
+            wait_until(lambda: _refused(system, client.node_id, "lines carry asks"))
         assert "victim" in system.names() and victim.poll() is None
