@@ -148,3 +148,29 @@ def test_a_handle_that_decodes_as_neither_kind_is_refused() -> None:
     with pytest.raises(ValueError, match="malformed CUDA IPC handle"):
         CudaIpcImporter().open(TensorRef(dtype="float32", shape=[1], stride=[1], device="cuda:0",
                                          plane=Plane.CUDA_IPC, handle=b"\x93\x01\x02\x03"))
+
+
+@pytest.mark.gpu
+def test_the_public_api_works_from_a_thread_that_never_used_cuda() -> None:
+    """A serve ring packs in its adapter's thread: the driver call that finds an allocation needs a
+    current context there (it failed with CUDA_ERROR_INVALID_CONTEXT before make_current)."""
+    import threading
+
+    import torch
+
+    pytest.importorskip("cuda.bindings", reason="the public API path needs cuda-python")
+    from actorwire.transport.planes._cuda_ipc import slot_handle
+
+    out: list[object] = []
+
+    def run() -> None:
+        try:
+            out.append(slot_handle(torch.empty(1 << 20, dtype=torch.uint8, device="cuda"))[0])
+            out.append(len(CudaIpcExporter().export({"x": torch.ones(4, device="cuda")})[1]))
+        except Exception as exc:  # noqa: BLE001 - the test reads it
+            out.append(exc)
+
+    thread = threading.Thread(target=run)
+    thread.start()
+    thread.join(60)
+    assert out == [0, 1]

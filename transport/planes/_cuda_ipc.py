@@ -91,6 +91,12 @@ class _Cuda:
             raise BadHandle(f"{what} failed: {err!r}")
         return rest[0] if len(rest) == 1 else rest
 
+    def make_current(self, device: int) -> None:
+        """Make ``device``'s primary context current on this thread: the driver API (the address range)
+        needs one, and torch sets none on a thread that has only ever used the default device (a serve
+        ring packed in an adapter's thread got CUDA_ERROR_INVALID_CONTEXT)."""
+        self._check("cudaSetDevice", self.rt.cudaSetDevice(device))
+
     def mem_handle(self, base: int) -> bytes:
         handle = self._check("cudaIpcGetMemHandle", self.rt.cudaIpcGetMemHandle(base))
         return ctypes.string_at(handle.getPtr(), _HANDLE_BYTES)
@@ -158,6 +164,7 @@ def slot_handle(base: Any) -> tuple[int, bytes]:
     cuda = _Cuda(bindings)
     device = base.device.index if base.device.index is not None else torch.cuda.current_device()
     with torch.cuda.device(device):
+        cuda.make_current(device)
         ptr = base.untyped_storage().data_ptr()
         start, size = cuda.allocation(ptr)
         return device, msgspec.msgpack.encode(IpcHandle(mem=cuda.mem_handle(start), size=size, offset=ptr - start))
@@ -207,6 +214,7 @@ class CudaIpcExporter:
         for name, t in tensors.items():
             device = t.device.index if t.device.index is not None else torch.cuda.current_device()
             with torch.cuda.device(device):
+                self._cuda.make_current(device)
                 if device not in events:
                     events[device] = self._cuda.interprocess_event(torch.cuda.current_stream(device).cuda_stream)
                 storage = t.untyped_storage()
@@ -304,6 +312,7 @@ class CudaIpcImporter:
         base = self._bases.get(handle.mem)
         if base is None:
             with torch.cuda.device(device):
+                self._cuda.make_current(device)
                 ptr = self._cuda.open_mem(handle.mem)
                 base = torch.as_tensor(_Mapping(self._cuda, ptr, handle.size, device), device=f"cuda:{device}")
             self._bases[handle.mem] = base
