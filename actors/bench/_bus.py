@@ -18,6 +18,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 from typing import Any
@@ -199,26 +200,24 @@ def _measure_tell(system: Any, inbox: Any, flooder: str, n: int, sink: str = "si
     return n / (time.perf_counter() - t0)
 
 
-def _bench_keys() -> str:
-    import tempfile
-
-    from actorwire.transport._security import keygen
-
-    directory = tempfile.mkdtemp(prefix="actorwire-bench-keys-")
-    keygen(directory)
-    return directory
-
-
 def run(n: int = 200_000, asks: int = 3000, progress: Any = sys.stderr) -> list[Result]:
+    # The raw sockets, the echo's socket and the throwaway CURVE keys live in one directory, gone
+    # when the bench ends however it ends.
+    with tempfile.TemporaryDirectory(prefix="actorwire-bench-") as run_dir:
+        return _run(run_dir, n, asks, progress)
+
+
+def _run(run_dir: str, n: int, asks: int, progress: Any) -> list[Result]:
     from actorwire.actors.runtime._system import ActorSystem
+    from actorwire.transport._security import keygen
 
     def say(text: str) -> None:
         if progress.isatty():
             print(f"\r{text:<60}", end="", file=progress, flush=True)
 
     results: list[Result] = []
-    run_dir = f"/tmp/actorwire-bench-{os.getpid()}"
-    os.makedirs(run_dir, exist_ok=True)
+    keys = os.path.join(run_dir, "keys")
+    keygen(keys)
     mod = "actorwire.actors.bench._bus"
 
     # inproc: a user thread floods an actor of the same process.
@@ -234,7 +233,7 @@ def run(n: int = 200_000, asks: int = 3000, progress: Any = sys.stderr) -> list[
     for transport in ("ipc", "tcp"):
         say(f"bus.tell.{transport}")
         # tcp is measured as it runs by default: CURVE-encrypted, with a throwaway key pair.
-        env = {"ACTORWIRE_PREFER_TCP": "1", "ACTORWIRE_KEYS": _bench_keys()} if transport == "tcp" else {}
+        env = {"ACTORWIRE_PREFER_TCP": "1", "ACTORWIRE_KEYS": keys} if transport == "tcp" else {}
         os.environ.update(env)
         reload_settings()
         try:

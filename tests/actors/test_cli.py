@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
+import pathlib
+import shutil
 import subprocess
 import sys
+import tempfile
 
 import pytest
 
@@ -70,9 +74,17 @@ def test_bad_usage_exits_2() -> None:
 @pytest.mark.timeout(300)
 def test_bench_bus_runs_end_to_end(tmp_path) -> None:
     out = tmp_path / "bus.json"
-    proc = subprocess.run([sys.executable, "-m", "actorwire", "bench", "bus", "--messages", "2000", "--asks", "50",
-                           "--json", str(out)], capture_output=True, text=True, timeout=280)
+    # A short TMPDIR of its own (ipc paths are limited to about 100 bytes): the bench leaves nothing in it.
+    scratch = tempfile.mkdtemp(prefix="aw-", dir="/tmp")
+    try:
+        proc = subprocess.run([sys.executable, "-m", "actorwire", "bench", "bus", "--messages", "2000", "--asks",
+                               "50", "--json", str(out)], capture_output=True, text=True, timeout=280,
+                              env={**os.environ, "TMPDIR": scratch})
+        left = [p.name for p in pathlib.Path(scratch).iterdir() if p.name.startswith("actorwire-bench")]
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
     assert proc.returncode == 0, proc.stderr[-2000:]
+    assert left == [], f"bench bus left {left} behind"
     doc = json.loads(out.read_text())
     names = [r["name"] for r in doc["results"]]
     for name in ("bus.tell.inproc", "bus.tell.ipc", "bus.tell.tcp", "bus.ask_p50.ipc", "bus.ask_p99.tcp",
