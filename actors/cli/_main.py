@@ -83,6 +83,10 @@ def _cmd_bench(args: argparse.Namespace) -> int:
 
         results = _bench_codec.run(args.kinds.split(",") if args.kinds else None)
     elif args.suite == "tensor":
+        # Producer and consumer copy on the same cores here; OpenMP's spinning waits (its default)
+        # would take them from each other (docs/tensor-planes.md, "Sharing cores"). Read when torch
+        # loads: set before that, for this process and the consumer it starts.
+        os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
         from actorwire.actors.bench import _tensor as _bench_tensor
 
         results = _bench_tensor.run()
