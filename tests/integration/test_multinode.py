@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import os
 import pathlib
+import shutil
 import socket
 import subprocess
 import sys
+import tempfile
 
 import pytest
 from conftest import ROOT
@@ -163,9 +165,15 @@ def _ran(result: subprocess.CompletedProcess[str], workers: int, epochs: int) ->
 @pytest.mark.slow
 @pytest.mark.timeout(180)
 def test_the_torchrun_example_runs_under_torchrun(tmp_path: pathlib.Path) -> None:
-    env = _script_env(tmp_path, NODE_RANK="0", NNODES="1", PER_NODE="2", MASTER="127.0.0.1",
-                      MASTER_PORT=str(_port()), RUN_ID="torchrun-test")
-    _ran(_run_script(["bash", str(SCRIPTS / "torchrun.sh")], env, tmp_path), workers=2, epochs=3)
+    # torchrun keeps its workers' logs in a torchelastic_* directory of TMPDIR and leaves it there: a short
+    # TMPDIR of this test's own (ipc paths are limited to about 100 bytes), removed after.
+    scratch = tempfile.mkdtemp(prefix="aw-", dir="/tmp")
+    try:
+        env = _script_env(tmp_path, NODE_RANK="0", NNODES="1", PER_NODE="2", MASTER="127.0.0.1",
+                          MASTER_PORT=str(_port()), RUN_ID="torchrun-test", TMPDIR=scratch)
+        _ran(_run_script(["bash", str(SCRIPTS / "torchrun.sh")], env, tmp_path), workers=2, epochs=3)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 @pytest.mark.slow
