@@ -8,9 +8,7 @@ from __future__ import annotations
 
 import os
 import pathlib
-import shutil
 import subprocess
-import tempfile
 from collections.abc import Callable, Iterator
 
 import pytest
@@ -24,20 +22,6 @@ from actorwire.transport._settings import reload_settings
 #: The tests folder (helpers and data live here) and the repository root.
 TESTS = pathlib.Path(__file__).resolve().parent
 ROOT = TESTS.parent
-
-#: The private sockets and run files of every test and of the processes it starts live in one directory
-#: of this session, removed when it ends: a test that SIGKILLs a process leaves that process's socket (and
-#: a root's run file) behind, and they piled up in /tmp/actorwire-<uid> (about 24 a run). A test that
-#: needs another directory sets its own; a short path, as ipc paths are limited to about 100 bytes.
-_SESSION_RUNTIME_DIR: str | None = None
-if "ACTORWIRE_RUNTIME_DIR" not in os.environ:
-    _SESSION_RUNTIME_DIR = tempfile.mkdtemp(prefix="awt-", dir="/tmp")
-    os.environ["ACTORWIRE_RUNTIME_DIR"] = _SESSION_RUNTIME_DIR
-
-
-def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    if _SESSION_RUNTIME_DIR is not None:
-        shutil.rmtree(_SESSION_RUNTIME_DIR, ignore_errors=True)
 
 settings.register_profile(
     "ci", max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow]
