@@ -34,24 +34,14 @@ def _label(n: int) -> str:
 
 
 def _time(fn: Any, nbytes: int) -> float:
+    return _per_call(fn, max(3, min(50, (4 << 30) // nbytes)), warm=2)
+
+
+def _per_call(fn: Any, calls: int = 2000, *, warm: int = 50) -> float:
+    """Seconds per call of ``fn`` (enqueued work) after ``warm`` calls, the GPU drained before and after."""
     import torch
 
-    iters = max(3, min(50, (4 << 30) // nbytes))
-    for _ in range(2):
-        fn()
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
-    for _ in range(iters):
-        fn()
-    torch.cuda.synchronize()
-    return (time.perf_counter() - t0) / iters
-
-
-def _per_call(fn: Any, calls: int = 2000) -> float:
-    """Seconds per call of ``fn`` (enqueued work), the GPU drained before and after."""
-    import torch
-
-    for _ in range(50):
+    for _ in range(warm):
         fn()
     torch.cuda.synchronize()
     t0 = time.perf_counter()
