@@ -707,13 +707,18 @@ class ActorSystem:
     # -- supervision -----------------------------------------------------
 
     def _watch(self, watcher: str, name: str) -> None:
-        try:
-            self._node.lookup(name)
-        except ActorDead as dead:
-            self._send_down(watcher, name, dead.reason, str(dead))
-            return
+        # Looked up under the lock: the I/O thread removes the route before it takes the watchers
+        # (``_on_down``), so a name that goes down while this runs is either dead here or finds the
+        # watcher there.  Looked up before the lock, a Down in between was lost for good.
         with self._watch_lock:
-            self._watchers.setdefault(name, set()).add(watcher)
+            try:
+                self._node.lookup(name)
+            except ActorDead as dead:
+                gone = dead
+            else:
+                self._watchers.setdefault(name, set()).add(watcher)
+                return
+        self._send_down(watcher, name, gone.reason, str(gone))
 
     def _unwatch(self, watcher: str, name: str) -> None:
         with self._watch_lock:

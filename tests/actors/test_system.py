@@ -202,6 +202,28 @@ def test_watch_reports_a_clean_stop_and_later_sends_fail(system: ActorSystem) ->
     assert again is not None and again.message.reason is m.DownReason.EXITED  # type: ignore[attr-defined]
 
 
+def test_a_down_that_lands_while_watch_runs_still_reaches_the_watcher(system: ActorSystem,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    """The I/O thread reports ``echo`` down between watch()'s lookup and its registration: the
+    watcher must still hear of it (it used to wait for a Down that had already gone by)."""
+    inbox = system.inbox("trainer")
+    system.spawn(Echo(), "echo")
+    node = system._node
+    real_lookup = node.lookup
+
+    def lookup_then_down(name: str) -> str:
+        found = real_lookup(name)
+        io = threading.Thread(target=system._on_down, args=(name, m.DownReason.EXITED, "stopped"))
+        io.start()
+        io.join(0.5)  # the I/O thread's report: done at once, or held off by the watch in progress
+        return found
+
+    monkeypatch.setattr(node, "lookup", lookup_then_down)
+    inbox.watch("echo")
+    got = inbox.get(timeout=5)
+    assert got is not None and got.message == m.Down(name="echo", reason=m.DownReason.EXITED, detail="stopped")
+
+
 def test_broadcast_to_a_group(system: ActorSystem) -> None:
     class Caster(Actor):
         @handler
