@@ -275,9 +275,13 @@ class LinearWorker(GpuWorker):
 
 
 class FaultyConsumer(ModelConsumer):
-    """A model consumer that kills (or stops) its own process on pull ``at_seq``: a death mid-sync."""
+    """A model consumer that kills (or stops) its own process on pull ``at_seq``: a death mid-sync.
 
-    def __init__(self, consumer_id: int, plan: object, *, factory: str, at_seq: int, how: str = "kill") -> None:
+    ``how="kill_when_synced"``: it takes every group and frees it, then dies instead of telling the
+    trainer ``EndSync`` (a second for its last free to reach the producer first).
+    """
+
+    def __init__(self, consumer_id: int, plan: object, *, factory: str, at_seq: int = -1, how: str = "kill") -> None:
         super().__init__(consumer_id, plan, factory=factory)  # type: ignore[arg-type]
         self.at_seq, self.how = at_seq, how
 
@@ -286,6 +290,12 @@ class FaultyConsumer(ModelConsumer):
         if msg.seq == self.at_seq:
             os.kill(os.getpid(), signal.SIGKILL if self.how == "kill" else signal.SIGSTOP)
         super().on_reply(msg, ctx)
+
+    def _done(self, sync_id: int, digest: str | None, ctx: Context) -> None:
+        if self.how == "kill_when_synced":
+            time.sleep(1.0)
+            os.kill(os.getpid(), signal.SIGKILL)
+        super()._done(sync_id, digest, ctx)
 
 
 class Tally(Actor):

@@ -85,6 +85,9 @@ class Inbox:
     def watch(self, name: str) -> None:
         self._system._watch(self.name, name)
 
+    def unwatch(self, name: str) -> None:
+        self._system._unwatch(self.name, name)
+
     def close(self) -> None:
         self._system._inboxes.pop(self.name, None)
         self._node.remove_local(self.name)

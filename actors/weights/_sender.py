@@ -15,7 +15,9 @@ gate** (while more than ``lookahead`` groups are resident, wait for
 ``GroupsFreed``), the gather (``next()`` on the source), the held-names
 check, and ``PublishGroup``.  It returns once every group came back and,
 on rank 0, every live consumer reported ``EndSync``; any failure raises
-:class:`~._weights.WeightSyncError` with the reason, on every rank.
+:class:`~._weights.WeightSyncError` with the reason, on every rank.  Rank 0 watches the live
+consumers for the length of the sync: one that goes down before its ``EndSync`` fails the sync
+at once, even when it had freed every group.
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ from actorwire.actors.weights._producer import (
 )
 from actorwire.messages import (
     BeginSync,
+    Down,
     EndSync,
     GroupsFreed,
     HeldNames,
@@ -157,9 +160,13 @@ class WeightSender:
         begin = BeginSync(sync_id=sync_id, live_consumer_ids=live)
         self.inbox.tell(self.producer, begin)
         pending_consumers = set(live) if self.rank == 0 else set()
-        if self.rank == 0:
-            for cid in live:
-                self.inbox.tell(consumer_name(self.prefix, cid), begin)
+        watched = [consumer_name(self.prefix, cid) for cid in sorted(pending_consumers)]
+        for name in watched:
+            # Rank 0 waits for every consumer's EndSync.  Once the producer has its groups back it no
+            # longer watches them, so a consumer that dies after its last free and before its EndSync
+            # was noticed by no one: the trainer waited out stall_timeout + 30 s.
+            self.inbox.watch(name)
+            self.inbox.tell(name, begin)
         inflight: dict[int, bytes] = {}
         state: dict[str, Any] = {"done": [], "max": 0, "bytes": 0, "digests": {}}
         published = 0
@@ -199,6 +206,9 @@ class WeightSender:
             if isinstance(exc, WeightSyncError):
                 raise
             raise WeightSyncError(reason) from exc
+        finally:
+            for name in watched:
+                self.inbox.unwatch(name)
         report = SyncReport(sync_id, published, state["bytes"], time.perf_counter() - started, state["max"],
                             sorted(state["done"]), state["digests"])
         self.log.info("weights.synced", sync_id=sync_id, groups=published, bytes=report.bytes,
@@ -234,6 +244,14 @@ class WeightSender:
                 return msg.groups
             if isinstance(msg, SyncFailed) and msg.sync_id == sync_id:
                 raise WeightSyncError(msg.reason)
+            if isinstance(msg, Down):
+                cid = _consumer_id(msg.name, self.prefix)
+                # A Down left over from an earlier sync names an incarnation that may since have
+                # come back: only a consumer that is still gone fails this sync.
+                if cid in pending_consumers and msg.name not in self.system.names():
+                    raise WeightSyncError(f"consumer {cid} ({msg.name}) went down ({msg.reason.value}) before it "
+                                          f"reported sync {sync_id} done: {msg.detail}")
+                continue
             if isinstance(msg, EndSync) and msg.sync_id == sync_id:
                 cid = _consumer_id(item.sender, self.prefix)
                 if cid is not None:

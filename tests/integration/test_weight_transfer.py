@@ -103,6 +103,16 @@ def test_a_consumer_killed_mid_sync_fails_the_sync_on_every_rank(system: ActorSy
         assert "consumer 1" in lines[-1]["error"] and "went down" in lines[-1]["error"]
 
 
+def test_a_consumer_that_dies_after_its_last_free_fails_the_sync_at_once(system: ActorSystem,
+                                                                         tmp_path: pathlib.Path) -> None:
+    """The producer had every group back and stopped watching; the trainer waited for this consumer's
+    EndSync until stall_timeout + 30 s (here 330 s, past the test's 90 s wait for the trainer)."""
+    reports, _ = run(system, tmp_path, world=1, consumers=2, args=["--syncs", "1", "--stall", "300"],
+                     consumer_target="_actors:FaultyConsumer", consumer_config={1: {"how": "kill_when_synced"}})
+    error = reports[0][-1]["error"]
+    assert "consumer 1" in error and "went down" in error, error
+
+
 def test_a_stopped_consumer_trips_the_stall_watchdog(system: ActorSystem, tmp_path: pathlib.Path) -> None:
     reports, _ = run(system, tmp_path, world=1, consumers=2, args=["--syncs", "1", "--stall", "2"],
                             consumer_target="_actors:FaultyConsumer", consumer_config={1: {"at_seq": 2, "how": "stop"}})
