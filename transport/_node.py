@@ -531,7 +531,12 @@ class Node:
                 self._run_file.unlink()
             except FileNotFoundError:
                 pass
-        if self.is_root:  # the run's socket directory goes with the root (a live member's socket keeps it)
+        self.remove_run_dir()
+
+    def remove_run_dir(self) -> None:
+        """The root's: remove the run's socket directory if it is empty (a live member's socket keeps
+        it; the system calls this again once the children it launched have exited)."""
+        if self.is_root:
             try:
                 os.rmdir(os.path.dirname(self._ipc_path))
             except OSError:

@@ -22,7 +22,7 @@ from typing import Any
 import msgspec
 
 from actorwire.actors.runtime._actor import Actor
-from actorwire.transport._endpoints import new_node_id
+from actorwire.transport._endpoints import ipc_endpoint, new_node_id
 from actorwire.transport._errors import ConfigError, InvalidArgument, WrongType
 from actorwire.transport._log import get_logger
 from actorwire.transport._settings import Settings, settings
@@ -91,6 +91,9 @@ class ChildProcess:
                              rank=rank, takeover=takeover)
             argv = [sys.executable, "-m", "actorwire.actors.runtime._child", msgspec.json.encode(spec).decode()]
         self._log = get_logger(child=self.node_id, actors=self.names or argv[-1])
+        # Where the child's node will listen (the id is new: no other incarnation shares the path).
+        # Read now, while the run's directory exists: reading it later would make it again.
+        self._socket_path = ipc_endpoint(system.run_id, self.node_id)[len("ipc://"):]
         # A process group of its own: a Ctrl-C at the terminal reaches the parent, which ends its
         # children itself (quietly), instead of every child printing its own KeyboardInterrupt.
         self.process = subprocess.Popen(argv, env=child_env, stdin=subprocess.DEVNULL, start_new_session=True)
@@ -119,11 +122,22 @@ class ChildProcess:
             swept = sweep(self.process.pid)  # it died before unlinking its segments
             if swept:
                 self._log.info("unlinked the shared memory a dead child left", segments=len(swept))
+            self.forget_socket()
         if self._on_exit is None or self._quiet:
             return
         try:
             self._on_exit(self.node_id, code)
         except Exception:  # the system may be closing
+            pass
+
+    def forget_socket(self) -> None:
+        """Remove the ipc socket file a child that is no longer running left (a killed child cannot:
+        test runs left hundreds in the runtime directory).  Only once the process has exited."""
+        if self.process.poll() is None:
+            return
+        try:
+            os.unlink(self._socket_path)
+        except FileNotFoundError:
             pass
 
     def freeze(self) -> None:

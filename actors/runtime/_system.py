@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import contextlib
 import hashlib
 import operator
 import subprocess
@@ -775,6 +776,8 @@ class ActorSystem:
         self._timers.close()
         for child in self._children:
             child.stop(self.config.scaled(timeout))
+            child.forget_socket()  # also here: its watcher thread may not have run yet
+        self._node.remove_run_dir()  # emptied by the children that left after this node closed
 
     close = shutdown
 
@@ -792,6 +795,10 @@ class ActorSystem:
                 child.wait(timeout)
             except subprocess.TimeoutExpired:
                 child.kill()
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    child.wait(timeout)
+            child.forget_socket()
+        self._node.remove_run_dir()
 
     def __enter__(self) -> ActorSystem:
         return self

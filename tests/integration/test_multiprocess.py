@@ -32,7 +32,7 @@ from actorwire.actors import (
 )
 from actorwire.actors.runtime._launch import ChildSpec
 from actorwire.messages import runtime
-from actorwire.transport._endpoints import new_node_id
+from actorwire.transport._endpoints import ipc_endpoint, new_node_id
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 
@@ -135,6 +135,31 @@ def test_sigkilled_launched_child_is_dead_at_once(system: ActorSystem) -> None:
                      got.message.detail)  # type: ignore[attr-defined]
     with pytest.raises(ActorDead, match="actor 'victim' is dead"):
         system.tell("victim", m.SyncNow())
+
+
+def test_a_killed_launched_child_leaves_no_socket_and_the_run_leaves_no_directory() -> None:
+    """A SIGKILLed child cannot remove its ipc socket, and members leave after the root closes, so
+    the run's directory was never empty when the root tried to remove it: test runs left hundreds of
+    sockets and directories in the runtime directory."""
+    system = ActorSystem(config=FAST)
+    try:
+        run_dir = pathlib.Path(system._node._ipc_path).parent
+        killed = system.spawn_process({"victim": "_actors:Echo"}, env=ENV)
+        system.spawn_process({"keeper": "_actors:Echo"}, env=ENV)  # leaves when the root has closed
+        socket_file = pathlib.Path(ipc_endpoint(system.run_id, killed.node_id)[len("ipc://"):])
+        assert socket_file.exists()
+        inbox = system.inbox("watcher")
+        inbox.watch("victim")
+        killed.kill()
+        assert inbox.get(timeout=10) is not None
+        killed.wait(10)
+        deadline = time.monotonic() + 10  # the launcher's watcher thread removes it once it sees the exit
+        while socket_file.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert not socket_file.exists()
+    finally:
+        system.shutdown()
+    assert not run_dir.exists(), sorted(p.name for p in run_dir.iterdir())
 
 
 def test_sigkilled_attached_process_is_dead_once_its_connection_closes(system: ActorSystem) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import pathlib
+
 import msgspec
 import pytest
 import torch
@@ -134,3 +136,11 @@ def test_buffer_keys_are_random_and_a_guessed_one_reads_nothing(exporter: Frames
         importer.open(old_style)  # counting keys are not accepted at all
     with pytest.raises(ValueError, match="malformed frames handle"):
         importer.open(msgspec.structs.replace(refs["x"], handle=msgspec.msgpack.encode([endpoint])))
+
+
+def test_closing_an_exporter_removes_its_socket_file() -> None:
+    ex = FramesExporter()
+    path = pathlib.Path(ex.server.endpoint[len("ipc://"):])
+    assert path.exists()
+    ex.close()
+    assert not path.exists()

@@ -23,6 +23,7 @@ an error frame, never a hang.
 
 from __future__ import annotations
 
+import os
 import secrets
 import struct
 import threading
@@ -89,6 +90,14 @@ class FramesServer:
                 sock.close(0)
         if self._own_ctx:
             self._ctx.term()
+        # libzmq leaves an ipc endpoint's file behind when the socket closes: the server removes
+        # its own (every test of this module left one in the runtime directory).
+        bound = getattr(self, "endpoint", "")
+        if bound.startswith("ipc://"):
+            try:
+                os.unlink(bound[len("ipc://"):])
+            except FileNotFoundError:
+                pass
 
     def register(self, buffer: Any) -> bytes:
         """Serve ``buffer`` under a new random key, which is returned."""
