@@ -151,3 +151,19 @@ def local_address_towards(host: str) -> str:
             return probe.getsockname()[0]
         except OSError:
             return "0.0.0.0"
+
+
+def listening(path: str) -> bool:
+    """Whether a process listens on the unix socket ``path`` (a refused connection: nobody does,
+    the file is a dead process's).  Anything else, a full backlog included, counts as listening."""
+    probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        probe.settimeout(1.0)
+        probe.connect(path)
+    except (ConnectionRefusedError, FileNotFoundError):
+        return False
+    except OSError:
+        return True
+    finally:
+        probe.close()
+    return True

@@ -92,6 +92,7 @@ from actorwire.transport._delivery import InStreams, OutStream, Verdict
 from actorwire.transport._endpoints import (
     ipc_endpoint,
     is_tcp,
+    listening,
     local_address_towards,
     new_node_id,
     pick_endpoint,
@@ -434,6 +435,7 @@ class Node:
                 self._connect_root()
             except zmq.ZMQError as exc:
                 self._close_sockets()
+                self._unlink_ipc()
                 raise InvalidArgument(f"cannot connect to the root at {root_endpoint!r}: {exc}") from None
 
     @property
@@ -522,10 +524,7 @@ class Node:
         self._close_sockets()
         for fd in {self._wake_r, self._wake_w}:
             os.close(fd)
-        try:
-            os.unlink(self._ipc_path)
-        except FileNotFoundError:
-            pass
+        self._unlink_ipc()
         if self._run_file is not None:
             try:
                 self._run_file.unlink()
@@ -533,14 +532,34 @@ class Node:
                 pass
         self.remove_run_dir()
 
+    def _unlink_ipc(self) -> None:
+        """libzmq leaves a bound ipc socket's file behind: this node removes its own."""
+        try:
+            os.unlink(self._ipc_path)
+        except FileNotFoundError:
+            pass
+
     def remove_run_dir(self) -> None:
-        """The root's: remove the run's socket directory if it is empty (a live member's socket keeps
-        it; the system calls this again once the children it launched have exited)."""
-        if self.is_root:
-            try:
-                os.rmdir(os.path.dirname(self._ipc_path))
-            except OSError:
-                pass
+        """The root's: remove the run's socket directory, with the sockets of members that died in it
+        (no one listens on them: a killed process cannot unlink its own), unless a live member's
+        socket keeps it.  The system calls this again once the children it launched have exited."""
+        if not self.is_root:
+            return
+        directory = os.path.dirname(self._ipc_path)
+        try:
+            entries = [e.path for e in os.scandir(directory) if e.name.endswith(".sock")]
+        except OSError:
+            return
+        for path in entries:
+            if not listening(path):
+                try:
+                    os.unlink(path)
+                except FileNotFoundError:
+                    pass
+        try:
+            os.rmdir(directory)
+        except OSError:
+            pass
 
     # ------------------------------------------------------------------
     # Names (any thread)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import threading
 from collections.abc import Callable
 
@@ -315,8 +316,11 @@ def test_join_name_clash_across_processes(system: ActorSystem) -> None:
 
 
 def test_bad_join_endpoint() -> None:
+    from actorwire.transport._endpoints import run_dir
+
     with pytest.raises(ValueError, match="cannot connect to the root at 'nonsense://x'"):
         ActorSystem(run_id="r", join="nonsense://x")
+    assert not list(run_dir("r").glob(f"*-{os.getpid()}-*.sock"))  # its socket went with it
     with pytest.raises(ValueError, match="joining a system needs its run_id"):
         ActorSystem(join="ipc:///tmp/x")
 

@@ -9,6 +9,7 @@ a death, so a stop is reported about 1 s after it began (docs/wire-protocol.md,
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -21,6 +22,7 @@ from test_multiprocess import ENV, attached, no_leaks  # noqa: F401  (the fixtur
 
 from actorwire import messages as m
 from actorwire.actors import ActorSystem, RuntimeConfig
+from actorwire.transport._endpoints import run_dir
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
 
@@ -54,6 +56,7 @@ def test_members_do_not_lose_a_root_whose_python_is_saturated(
     bind = "tcp://127.0.0.1:0" if transport == "tcp" else ""
     with subprocess.Popen([sys.executable, str(TESTS / "_hog_root.py"), bind], env={**os.environ, **ENV},
                           stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) as root:
+        run_id = ""
         try:
             assert root.stdout is not None
             endpoint, run_id = root.stdout.readline().split()
@@ -69,6 +72,8 @@ def test_members_do_not_lose_a_root_whose_python_is_saturated(
         finally:
             root.kill()
             root.wait(10)
+            if run_id:  # the killed root's socket and run file (its members removed their own)
+                shutil.rmtree(run_dir(run_id), ignore_errors=True)
 
 
 @pytest.mark.parametrize("sig", [signal.SIGSTOP, signal.SIGKILL])

@@ -138,14 +138,18 @@ def test_sigkilled_launched_child_is_dead_at_once(system: ActorSystem) -> None:
 
 
 def test_a_killed_launched_child_leaves_no_socket_and_the_run_leaves_no_directory() -> None:
-    """A SIGKILLed child cannot remove its ipc socket, and members leave after the root closes, so
+    """A SIGKILLed process cannot remove its ipc socket, and members leave after the root closes, so
     the run's directory was never empty when the root tried to remove it: test runs left hundreds of
-    sockets and directories in the runtime directory."""
+    sockets and directories in the runtime directory.  The launcher removes a launched child's; the
+    root, closing, those of processes no longer listening (a killed attached one)."""
     system = ActorSystem(config=FAST)
     try:
         run_dir = pathlib.Path(system._node._ipc_path).parent
         killed = system.spawn_process({"victim": "_actors:Echo"}, env=ENV)
         system.spawn_process({"keeper": "_actors:Echo"}, env=ENV)  # leaves when the root has closed
+        stray = attached(system, {"stray": "_actors:Echo"})  # not launched: no one sees it exit
+        stray.kill()
+        stray.wait(10)
         socket_file = pathlib.Path(ipc_endpoint(system.run_id, killed.node_id)[len("ipc://"):])
         assert socket_file.exists()
         inbox = system.inbox("watcher")
@@ -160,6 +164,25 @@ def test_a_killed_launched_child_leaves_no_socket_and_the_run_leaves_no_director
     finally:
         system.shutdown()
     assert not run_dir.exists(), sorted(p.name for p in run_dir.iterdir())
+
+
+def test_a_socket_file_is_listening_only_while_its_process_serves_it(tmp_path: pathlib.Path) -> None:
+    import socket as unix
+
+    from actorwire.transport._endpoints import listening
+
+    path = str(tmp_path / "n.sock")
+    assert not listening(path)  # no file
+    ctx = zmq.Context()
+    router = ctx.socket(zmq.ROUTER)
+    router.bind(f"ipc://{path}")
+    assert listening(path)
+    router.close(0)
+    ctx.term()
+    stale = unix.socket(unix.AF_UNIX, unix.SOCK_STREAM)
+    stale.bind(str(tmp_path / "dead.sock"))  # bound, never listened, closed: what a killed process leaves
+    stale.close()
+    assert not listening(str(tmp_path / "dead.sock"))
 
 
 def test_sigkilled_attached_process_is_dead_once_its_connection_closes(system: ActorSystem) -> None:

@@ -23,6 +23,8 @@ from collections.abc import Iterator
 import pytest
 from conftest import ROOT, stop_process
 
+from actorwire.transport._endpoints import run_dir
+
 TRAIN = ROOT / "examples" / "multinode" / "train.py"
 
 pytestmark = [pytest.mark.timeout(240), pytest.mark.slow]
@@ -186,6 +188,7 @@ def test_a_host_without_the_key_gets_nothing_through(net: Net, tmp_path: pathlib
         assert stranger.returncode != 0 and "joined" not in stranger_out
     finally:
         stop_process(*procs)
+        shutil.rmtree(run_dir("ns-run"), ignore_errors=True)  # the killed coordinator's socket and run file
 
 
 @pytest.mark.parametrize("net", [["t", "r"]], indirect=True)
