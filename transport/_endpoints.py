@@ -59,9 +59,11 @@ def user_dir() -> pathlib.Path:
     return private_dir(pathlib.Path(settings().runtime_dir) / f"actorwire-{os.getuid()}")
 
 
-def run_dir(run_id: str) -> pathlib.Path:
-    """A private directory for this run's ipc sockets."""
+def run_dir(run_id: str, *, create: bool = True) -> pathlib.Path:
+    """A private directory for this run's ipc sockets (``create=False``: only its path)."""
     digest = hashlib.sha256(run_id.encode()).hexdigest()[:12]
+    if not create:
+        return pathlib.Path(settings().runtime_dir) / f"actorwire-{os.getuid()}" / digest
     return private_dir(user_dir() / digest)
 
 

@@ -48,9 +48,11 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import errno
 import itertools
 import operator
 import os
+import pathlib
 import socket
 import threading
 import time
@@ -96,6 +98,7 @@ from actorwire.transport._endpoints import (
     local_address_towards,
     new_node_id,
     pick_endpoint,
+    private_dir,
     tcp_host,
     write_run_file,
 )
@@ -323,7 +326,14 @@ class Node:
         self._router = self._new_router()
         endpoints = [ipc_endpoint(run_id, self.node_id)]
         self._ipc_path = endpoints[0][len("ipc://"):]
-        self._router.bind(endpoints[0])
+        try:
+            self._router.bind(endpoints[0])
+        except zmq.ZMQError as exc:
+            if exc.errno != errno.ENOENT:
+                raise
+            # A member leaving removed the run's directory, empty, between its making and this bind.
+            private_dir(pathlib.Path(self._ipc_path).parent)
+            self._router.bind(endpoints[0])
         # tcp gets a ROUTER of its own: CURVE is per socket, and ipc needs none.
         self._tcp_router: zmq.Socket | None = None
         self._zap: zmq.Socket | None = None
@@ -436,6 +446,7 @@ class Node:
             except zmq.ZMQError as exc:
                 self._close_sockets()
                 self._unlink_ipc()
+                self.remove_run_dir()
                 raise InvalidArgument(f"cannot connect to the root at {root_endpoint!r}: {exc}") from None
 
     @property
@@ -540,22 +551,25 @@ class Node:
             pass
 
     def remove_run_dir(self) -> None:
-        """The root's: remove the run's socket directory, with the sockets of members that died in it
-        (no one listens on them: a killed process cannot unlink its own), unless a live member's
-        socket keeps it.  The system calls this again once the children it launched have exited."""
-        if not self.is_root:
-            return
+        """Remove the run's socket directory unless a live node's socket keeps it.
+
+        The root also removes the sockets of members that died (no one listens on them: a killed
+        process cannot unlink its own); the system calls this again once the children it launched
+        have exited.  A member only removes the directory when it is empty: members often leave
+        after the root (attached workers, refused joins), and the last one out takes it.  A node
+        that binds just after such a removal makes the directory again (see ``__init__``)."""
         directory = os.path.dirname(self._ipc_path)
-        try:
-            entries = [e.path for e in os.scandir(directory) if e.name.endswith(".sock")]
-        except OSError:
-            return
-        for path in entries:
-            if not listening(path):
-                try:
-                    os.unlink(path)
-                except FileNotFoundError:
-                    pass
+        if self.is_root:
+            try:
+                entries = [e.path for e in os.scandir(directory) if e.name.endswith(".sock")]
+            except OSError:
+                return
+            for path in entries:
+                if not listening(path):
+                    try:
+                        os.unlink(path)
+                    except FileNotFoundError:
+                        pass
         try:
             os.rmdir(directory)
         except OSError:

@@ -166,6 +166,37 @@ def test_a_killed_launched_child_leaves_no_socket_and_the_run_leaves_no_director
     assert not run_dir.exists(), sorted(p.name for p in run_dir.iterdir())
 
 
+def test_the_last_member_out_removes_the_run_directory_and_a_late_binder_makes_it_again(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Members often leave after the root (attached workers): the root could not remove the
+    directory then, and no member did.  A member removing it just before another binds in it must
+    not break that bind."""
+    import actorwire.transport._node as node_module
+
+    root = ActorSystem(config=FAST)
+    run_dir = pathlib.Path(root._node._ipc_path).parent
+    member = ActorSystem(join=root.endpoint, run_id=root.run_id, config=FAST)
+    real = node_module.ipc_endpoint
+    late = None
+    try:
+        root.shutdown()
+        assert run_dir.exists()  # the member's socket keeps it
+        member.shutdown()
+        assert not run_dir.exists()
+        # The directory is made for the next node's socket, and a member leaving removes it, empty,
+        # before that node binds.
+        monkeypatch.setattr(node_module, "ipc_endpoint", lambda run_id, node_id: (
+            real(run_id, node_id), run_dir.rmdir())[0])
+        late = ActorSystem(config=FAST, run_id=root.run_id)  # a root again: binds in the removed directory
+        assert pathlib.Path(late._node._ipc_path).exists()
+    finally:
+        root.shutdown()
+        member.shutdown()
+        if late is not None:
+            late.shutdown()
+    assert not run_dir.exists()
+
+
 def test_a_socket_file_is_listening_only_while_its_process_serves_it(tmp_path: pathlib.Path) -> None:
     import socket as unix
 
