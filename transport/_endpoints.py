@@ -54,17 +54,16 @@ def private_dir(path: pathlib.Path) -> pathlib.Path:
     return path
 
 
-def user_dir() -> pathlib.Path:
-    """``$ACTORWIRE_RUNTIME_DIR/actorwire-<uid>``, private to this user."""
-    return private_dir(pathlib.Path(settings().runtime_dir) / f"actorwire-{os.getuid()}")
+def user_dir(*, create: bool = True) -> pathlib.Path:
+    """``$ACTORWIRE_RUNTIME_DIR/actorwire-<uid>``, private to this user (``create=False``: only its path)."""
+    path = pathlib.Path(settings().runtime_dir) / f"actorwire-{os.getuid()}"
+    return private_dir(path) if create else path
 
 
 def run_dir(run_id: str, *, create: bool = True) -> pathlib.Path:
     """A private directory for this run's ipc sockets (``create=False``: only its path)."""
     digest = hashlib.sha256(run_id.encode()).hexdigest()[:12]
-    if not create:
-        return pathlib.Path(settings().runtime_dir) / f"actorwire-{os.getuid()}" / digest
-    return private_dir(user_dir() / digest)
+    return private_dir(user_dir() / digest) if create else user_dir(create=False) / digest
 
 
 #: The file a root writes in its run's directory so that ``actorwire status`` finds the run.

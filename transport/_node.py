@@ -537,18 +537,12 @@ class Node:
             os.close(fd)
         self._unlink_ipc()
         if self._run_file is not None:
-            try:
-                self._run_file.unlink()
-            except FileNotFoundError:
-                pass
+            self._run_file.unlink(missing_ok=True)
         self.remove_run_dir()
 
     def _unlink_ipc(self) -> None:
         """libzmq leaves a bound ipc socket's file behind: this node removes its own."""
-        try:
-            os.unlink(self._ipc_path)
-        except FileNotFoundError:
-            pass
+        pathlib.Path(self._ipc_path).unlink(missing_ok=True)
 
     def remove_run_dir(self) -> None:
         """Remove the run's socket directory unless a live node's socket keeps it.
@@ -566,10 +560,7 @@ class Node:
                 return
             for path in entries:
                 if not listening(path):
-                    try:
-                        os.unlink(path)
-                    except FileNotFoundError:
-                        pass
+                    pathlib.Path(path).unlink(missing_ok=True)
         try:
             os.rmdir(directory)
         except OSError:

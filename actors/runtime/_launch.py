@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib
 import os
+import pathlib
 import signal
 import subprocess
 import sys
@@ -135,10 +136,7 @@ class ChildProcess:
         test runs left hundreds in the runtime directory).  Only once the process has exited."""
         if self.process.poll() is None:
             return
-        try:
-            os.unlink(self._socket_path)
-        except FileNotFoundError:
-            pass
+        pathlib.Path(self._socket_path).unlink(missing_ok=True)
 
     def freeze(self) -> None:
         """SIGSTOP the child, and report nothing of its end from now on (see ``interrupt``)."""

@@ -23,7 +23,7 @@ an error frame, never a hang.
 
 from __future__ import annotations
 
-import os
+import pathlib
 import secrets
 import struct
 import threading
@@ -94,10 +94,7 @@ class FramesServer:
         # its own (every test of this module left one in the runtime directory).
         bound = getattr(self, "endpoint", "")
         if bound.startswith("ipc://"):
-            try:
-                os.unlink(bound[len("ipc://"):])
-            except FileNotFoundError:
-                pass
+            pathlib.Path(bound[len("ipc://"):]).unlink(missing_ok=True)
 
     def register(self, buffer: Any) -> bytes:
         """Serve ``buffer`` under a new random key, which is returned."""
