@@ -6,7 +6,9 @@ every case of the fault matrix hits the phase it names. The environment says whe
 ``any``: whichever rank gets there, for eval and checkpoint, which run on one elected rank),
 ``FAULT_SIGNAL`` (``KILL`` or ``STOP``; ``hang_in_sync`` sends none: the training thread sleeps
 ``FAULT_HANG_S`` inside its all-reduce while its heartbeats go on) and ``FAULT_FILE`` (where the wall time of the signal is
-written, for the detection times; one file per rank, ``<FAULT_FILE>.<rank>``).
+written, for the detection times; one file per rank, ``<FAULT_FILE>.<rank>``). While
+``<FAULT_FILE>.hold`` exists, every batch takes 100 ms more: the test holds the run back so that a
+restarted rank's start-up (importing torch) cannot outlast it on a loaded machine.
 """
 
 from __future__ import annotations
@@ -85,8 +87,12 @@ def main() -> int:
     _worker.Worker.next_plan = next_plan  # type: ignore[method-assign]
     original_timing = _worker.Worker.report_timing
 
+    hold = os.environ.get("FAULT_FILE", "") + ".hold"
+
     def report_timing(self: Any, *args: Any, **kwargs: Any) -> Any:
         original_timing(self, *args, **kwargs)
+        if os.path.exists(hold):
+            time.sleep(0.1)
         state["batches"] += 1
         if in_epoch_1() and state["batches"] == 10:
             fault("training")

@@ -126,6 +126,7 @@ def _run(case: Case, tmp: pathlib.Path) -> Result:
                     if rank in coordinator.lost_at_start or (state is not None and not state.alive):
                         detected[rank] = now - struck[rank]
                         if case.restart:
+                            (flag.parent / f"{flag.name}.hold").touch()  # until it trains a share
                             all_pids.append(pids[rank])
                             start(rank, fault=False)
                             restarted[rank] = now
@@ -144,6 +145,7 @@ def _run(case: Case, tmp: pathlib.Path) -> Result:
                 if rejoined is None and any(msg.per_rank_samples[r] > 0 for r in restarted
                                             if r < len(msg.per_rank_samples)):
                     rejoined = now - min(struck.values())
+                    (flag.parent / f"{flag.name}.hold").unlink(missing_ok=True)
             elif isinstance(msg, m.ShutdownWithSave):
                 ended = msg
             elif isinstance(msg, m.Down) and msg.name == "coordinator":
@@ -217,7 +219,11 @@ def test_a_fault_at_each_phase_is_detected_and_the_run_finishes_with_the_survivo
 
 @pytest.mark.timeout(150)
 def test_a_rank_killed_and_started_again_rejoins_and_trains_a_share(tmp_path: pathlib.Path) -> None:
-    """As torchrun or SLURM restart it: same rank, a new process. It was refused ("already taken")."""
+    """As torchrun or SLURM restart it: same rank, a new process. It was refused ("already taken").
+
+    The survivors are held back (100 ms more a batch) from the restart until the new process trains
+    a share: with two test suites on two cores, its start-up outlasted all 16 epochs once.
+    """
     case = Case("training", restart=True, epochs=16)
     result = _run(case, tmp_path)
     _report(case, result)
