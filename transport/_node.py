@@ -1288,11 +1288,6 @@ class Node:
                 self._flush_acks()
             if not cast(int, sock.get(_EVENTS)) & _POLLIN:
                 return  # nothing more: asking costs 2 us, a failed read 5 us (pyzmq builds an exception)
-            if self._handled_count >= _ACK_EVERY:
-                # Credit goes back while the burst is still being read: held to the end of a burst
-                # of 256 frames, it stalled a fast sender on an empty window (bench bus: both
-                # processes at 0.65-0.7 of a core, taking turns).
-                self._flush_acks()
 
     def _on_line_safely(self, identity: str, frames: list[bytes]) -> None:
         try:
