@@ -76,6 +76,17 @@ def stop_process(*procs: subprocess.Popen, timeout: float = 30) -> None:  # type
 
 
 @pytest.fixture
+def short_tmp() -> Iterator[pathlib.Path]:
+    """A scratch directory directly under /tmp, removed after: ipc socket paths below it stay short."""
+    import shutil
+    import tempfile
+
+    path = pathlib.Path(tempfile.mkdtemp(prefix="aw", dir="/tmp"))
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
 def system(request: pytest.FixtureRequest) -> Iterator[ActorSystem]:
     """A root ActorSystem, shut down after the test.
 

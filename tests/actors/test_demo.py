@@ -7,7 +7,6 @@ import pathlib
 import re
 import subprocess
 import sys
-from collections.abc import Iterator
 
 import pytest
 from conftest import TESTS
@@ -97,16 +96,6 @@ def test_too_few_ranks_to_start_ends_the_run_with_one_line_naming_the_rank() -> 
     assert proc.returncode == 1, proc.stdout + proc.stderr[-3000:]
     assert "the run cannot go on (too_few_ranks): rank 1 killed by signal 9 before it joined" in proc.stdout
     assert _epochs(proc.stdout) == []
-
-
-@pytest.fixture
-def short_tmp() -> Iterator[pathlib.Path]:
-    import shutil
-    import tempfile
-
-    path = pathlib.Path(tempfile.mkdtemp(prefix="aw", dir="/tmp"))
-    yield path
-    shutil.rmtree(path, ignore_errors=True)
 
 
 def test_the_demo_leaves_no_temp_or_socket_dir_behind(short_tmp: pathlib.Path) -> None:

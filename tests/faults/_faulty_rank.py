@@ -87,11 +87,11 @@ def main() -> int:
     _worker.Worker.next_plan = next_plan  # type: ignore[method-assign]
     original_timing = _worker.Worker.report_timing
 
-    hold = os.environ.get("FAULT_FILE", "") + ".hold"
+    hold = os.environ["FAULT_FILE"] + ".hold" if "FAULT_FILE" in os.environ else None
 
     def report_timing(self: Any, *args: Any, **kwargs: Any) -> Any:
         original_timing(self, *args, **kwargs)
-        if os.path.exists(hold):
+        if hold is not None and os.path.exists(hold):
             time.sleep(0.1)
         state["batches"] += 1
         if in_epoch_1() and state["batches"] == 10:

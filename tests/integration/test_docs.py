@@ -41,30 +41,24 @@ def _console_pages() -> list[pathlib.Path]:
 @pytest.mark.slow
 @pytest.mark.timeout(240)
 @pytest.mark.parametrize("page", _console_pages(), ids=lambda p: str(p.relative_to(ROOT)))
-def test_doc_console_examples_run(page: pathlib.Path, tmp_path: pathlib.Path) -> None:
+def test_doc_console_examples_run(page: pathlib.Path, tmp_path: pathlib.Path, short_tmp: pathlib.Path) -> None:
     """The ``$ `` lines of a page's ```console blocks run as one bash script, in a scratch directory.
 
     Each page gets its own runtime directory: ``status`` and ``top`` pick the one run they find
     there, and another suite's demo on the same machine would make that two.
     """
     import os
-    import shutil
     import subprocess
-    import tempfile
 
     commands = [line[2:] for block in CONSOLE.findall(page.read_text()) for line in block.splitlines()
                 if line.startswith("$ ")]
     (tmp_path / "examples").symlink_to(ROOT / "examples")
     env = {k: v for k, v in os.environ.items() if not k.startswith("ACTORWIRE_")}
     env["PATH"] = f"{pathlib.Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
-    runtime = tempfile.mkdtemp(prefix="aw", dir="/tmp")  # short: ipc socket paths are bounded
-    env["ACTORWIRE_RUNTIME_DIR"] = runtime
+    env["ACTORWIRE_RUNTIME_DIR"] = str(short_tmp)
     script = "set -euo pipefail\n" + "\n".join(commands) + "\n"
-    try:
-        proc = subprocess.run(["bash", "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True,
-                              timeout=220)
-    finally:
-        shutil.rmtree(runtime, ignore_errors=True)
+    proc = subprocess.run(["bash", "-c", script], cwd=tmp_path, env=env, capture_output=True, text=True,
+                          timeout=220)
     assert proc.returncode == 0, f"{page.name}: {proc.stdout[-2000:]}{proc.stderr[-3000:]}"
 
 
