@@ -328,6 +328,18 @@ _BLOCK_STATS_DECODER = msgspec.msgpack.Decoder(list[Union[tuple(  # type: ignore
 
 _TYPE, _SENDER, _WALL, _START, _END, _MESSAGE = (operator.attrgetter(a) for a in (
     "type", "envelope.sender", "wall_ns", "start_ns", "end_ns", "message"))
+#: Gaps and handler times rank by value alone: of equal ones the first read is kept (nlargest with a
+#: key is stable), not the one with the larger actor name or index.
+_FIRST = operator.itemgetter(0)
+
+
+def _top(values: list[Any], k: int) -> list[int]:
+    """Where the ``k`` largest of ``values`` are, largest first (of equal ones, the first first).
+
+    One sort in C, stable, so ties keep their order: looking values up again with
+    ``list.index`` named the first of equal values for each of them, the same message twice.
+    """
+    return sorted(range(len(values)), key=values.__getitem__, reverse=True)[:k]
 
 
 def _array(items: list[Any]) -> bytes:
@@ -398,20 +410,20 @@ def collect_stats(paths: list[str], *, skip_corrupt: bool = False) -> dict[str, 
                 low, high = min(walls), max(walls)
                 first = low if first is None or low < first else first
                 last = high if last is None or high > last else last
-                # The top few by value, then where they are: no Python function per record.
+                # The top few by value, and where they are (_top: no Python loop per record).
                 before = [walls[0] if prev_wall is None else prev_wall, *walls[:-1]]
                 steps = list(map(operator.sub, walls, before))
-                gaps += [(d / 1e9, actor, ins[steps.index(d)].index) for d in heapq.nlargest(5, steps)]
+                gaps += [(steps[i] / 1e9, actor, ins[i].index) for i in _top(steps, 5)]
                 prev_wall = walls[-1]
                 durations = list(map(operator.sub, map(_END, ins), map(_START, ins)))  # < 0: no end recorded
-                slow += [(d / 1e6, actor, ins[durations.index(d)].index, names[durations.index(d)])
-                         for d in heapq.nlargest(10, durations) if d >= 0]
+                slow += [(durations[i] / 1e6, actor, ins[i].index, names[i]) for i in _top(durations, 10)
+                         if durations[i] >= 0]
                 if min(durations) < 0:
                     starts.update((v.index, (v.start_ns, n)) for v, n in zip(ins, names) if not v.end_ns)
                 if len(gaps) > 64:
-                    gaps = heapq.nlargest(5, gaps)
+                    gaps = heapq.nlargest(5, gaps, key=_FIRST)
                 if len(slow) > 64:
-                    slow = heapq.nlargest(10, slow)
+                    slow = heapq.nlargest(10, slow, key=_FIRST)
             torn = segment.torn_note()
             if torn:
                 note(torn)
@@ -425,9 +437,9 @@ def collect_stats(paths: list[str], *, skip_corrupt: bool = False) -> dict[str, 
         "kinds": {k: {"count": n, "rate_per_s": n / span if span else None, "bytes": kind_bytes[k]}
                   for k, n in kinds.most_common()},
         "pairs": [{"sender": s, "target": t, "count": n} for (s, t), n in pairs.most_common()],
-        "largest_gaps": [{"seconds": g, "actor": a, "index": i} for g, a, i in heapq.nlargest(5, gaps)],
+        "largest_gaps": [{"seconds": g, "actor": a, "index": i} for g, a, i in heapq.nlargest(5, gaps, key=_FIRST)],
         "slowest_handlers": [{"ms": ms, "actor": a, "index": i, "kind": k}
-                             for ms, a, i, k in heapq.nlargest(10, slow)],
+                             for ms, a, i, k in heapq.nlargest(10, slow, key=_FIRST)],
     }
 
 

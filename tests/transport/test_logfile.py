@@ -157,3 +157,42 @@ def test_format_1_segments_still_read(tmp_path: pathlib.Path) -> None:
     from actorwire.actors.cli._log import collect_stats
 
     assert collect_stats([str(tmp_path)])["kinds"]["sync_now"]["count"] == 3
+
+
+def test_stats_agree_with_a_record_by_record_count(tmp_path: pathlib.Path) -> None:
+    """``log stats`` counts a block at a time; its figures are those of a plain loop over records.
+
+    The log mixes senders and kinds within blocks, spreads gaps and handler times over several
+    blocks, and repeats values (ties go to the earlier message), so no shortcut is left untested.
+    """
+    from collections import Counter
+
+    from actorwire.actors.cli._log import collect_stats
+
+    writer = SegmentWriter(tmp_path, HEADER)
+    walls, durations, senders, kinds = [], [], [], []
+    wall = 1_000_000_000
+    for i in range(1, 1_001):
+        wall += (i * 7919) % 50 * 1_000_000  # gaps of 0-49 ms, each value many times
+        sender = "coordinator" if i % 300 < 200 else f"peer/{i % 3}"  # whole blocks of one, and mixed
+        message = m.SyncNow(cycle=i) if i % 5 else m.Heartbeat(rank=i % 4, step_count=i)
+        duration = (i * 104729) % 97 * 1_000  # 0-96 us, ties too
+        start = 10 * i * 1_000_000
+        writer.write(In(i, start, wall, m.Envelope(sender=sender, target="worker/0", seq=i), message,
+                        start + duration), i, wall)
+        walls.append(wall)
+        durations.append(duration)
+        senders.append(sender)
+        kinds.append(type(message).wire_tag())
+    writer.close()
+
+    stats = collect_stats([str(tmp_path)])
+    assert stats["records"] == 1_000
+    assert {k: v["count"] for k, v in stats["kinds"].items()} == Counter(kinds)
+    assert {(p["sender"], p["target"]): p["count"] for p in stats["pairs"]} == {
+        (s, "worker/0"): n for s, n in Counter(senders).items()}
+    steps = [0] + [b - a for a, b in zip(walls, walls[1:])]
+    gaps = sorted(((d / 1e9, i + 1) for i, d in enumerate(steps)), key=lambda g: (-g[0], g[1]))[:5]
+    assert [(g["seconds"], g["index"]) for g in stats["largest_gaps"]] == gaps
+    slow = sorted(((d / 1e6, i + 1) for i, d in enumerate(durations)), key=lambda s: (-s[0], s[1]))[:10]
+    assert [(h["ms"], h["index"]) for h in stats["slowest_handlers"]] == slow
