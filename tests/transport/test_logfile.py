@@ -196,3 +196,14 @@ def test_stats_agree_with_a_record_by_record_count(tmp_path: pathlib.Path) -> No
     assert [(g["seconds"], g["index"]) for g in stats["largest_gaps"]] == gaps
     slow = sorted(((d / 1e6, i + 1) for i, d in enumerate(durations)), key=lambda s: (-s[0], s[1]))[:10]
     assert [(h["ms"], h["index"]) for h in stats["slowest_handlers"]] == slow
+
+
+@pytest.mark.parametrize("size", [0, 1, 4095, 4096, 4097, 8192, 30_001])
+def test_block_checksums_in_pieces_equal_one_crc32(size: int) -> None:
+    """The writer checksums a block in pieces (so the GIL is never let go); readers check one crc32."""
+    import zlib
+
+    from actorwire.transport.recording._writer import _crc32
+
+    data = bytes(range(256)) * (size // 256 + 1)
+    assert _crc32(data[:size]) == zlib.crc32(data[:size])
