@@ -109,21 +109,26 @@ def _time(record: Any) -> int:
 def _in_time_order(records: Iterator[tuple[str, Any]]) -> Iterator[tuple[str, Any]]:
     """One actor's In and Out records in wall-clock order.
 
-    An ``In`` is written when its handler returns, after the sends it made;
-    those sends are held back until their ``In`` comes, then follow it.
+    An actor's ``In`` is written when its handler returns, after the sends it made: those sends
+    are held back until their ``In`` comes, then follow it.  A protocol log (``worker/<rank>``)
+    writes an input's ``In`` or ``Call`` first and its sends as they go out: a send whose input
+    has been read already is in order as it stands.
     """
     held: list[tuple[str, Any]] = []
+    taken = 0  # the highest input index read so far (In or Call)
     for actor, record in records:
         if isinstance(record, Out):
-            if record.index == 0:  # sent from on_start: no In to wait for
+            if record.index <= taken:  # from on_start (index 0), or after its input's record
                 yield actor, record
             else:
                 held.append((actor, record))
-        elif isinstance(record, In):
-            yield actor, record
+        elif isinstance(record, (In, Call)):
+            taken = max(taken, record.index)
+            if isinstance(record, In):
+                yield actor, record
             keep = []
             for item in held:
-                if item[1].index == record.index:
+                if item[1].index <= taken:
                     yield item
                 else:
                     keep.append(item)

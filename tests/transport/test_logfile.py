@@ -207,3 +207,37 @@ def test_block_checksums_in_pieces_equal_one_crc32(size: int) -> None:
 
     data = bytes(range(256)) * (size // 256 + 1)
     assert _crc32(data[:size]) == zlib.crc32(data[:size])
+
+
+def test_log_show_keeps_time_order_for_protocol_logs_too(tmp_path: pathlib.Path) -> None:
+    """An actor's log writes a handler's sends before its In; a protocol log (``worker/<rank>``)
+    writes its In or Call first and the sends when they go out. Both merge in wall-clock order."""
+    from actorwire.actors.cli._log import _Progress, merged
+    from actorwire.transport.recording import Call, Out
+
+    def out(index: int, wall: int, sender: str, target: str) -> Out:
+        return Out(index, "tell", wall, (m.Envelope(sender=sender, target=target, seq=index, wall_ns=wall),
+                                         m.Heartbeat(rank=0, step_count=index)))
+
+    actor = SegmentWriter(tmp_path, msgspec.structs.replace(HEADER, actor="coordinator"))
+    protocol = SegmentWriter(tmp_path, msgspec.structs.replace(HEADER, actor="worker/0"))
+    for i in range(1, 6):
+        base = i * 1_000
+        # The coordinator handles message i at base+100 and sends at base+150 (written first).
+        actor.write(out(i, base + 150, "coordinator", "worker/0"))
+        actor.write(In(i, base, base + 100, m.Envelope(sender="worker/0", target="coordinator", seq=i),
+                       m.SyncNow(cycle=i), base + 1), i, base + 100)
+        # The rank takes input 2i-1 (a message) at base+200, sends at base+300; input 2i (a tick)
+        # at base+400, sends at base+500.
+        protocol.write(In(2 * i - 1, base, base + 200, m.Envelope(sender="coordinator", target="worker/0", seq=i),
+                          m.SyncNow(cycle=i), base + 1), 2 * i - 1, base + 200)
+        protocol.write(out(2 * i - 1, base + 300, "worker/0", "coordinator"))
+        protocol.write(Call(2 * i, "tick", base, base + 400, msgspec.Raw(b"\x90")), 2 * i, base + 400)
+        protocol.write(out(2 * i, base + 500, "worker/0", "coordinator"))
+    actor.close()
+    protocol.close()
+
+    rows = list(merged([str(tmp_path)], skip_corrupt=False, progress=_Progress(0, "")))
+    walls = [record.wall_ns for _, record in rows]
+    assert walls == sorted(walls)
+    assert len(rows) == 5 * 2 + 5 * 3  # the coordinator's In and Out; the rank's In and two Outs
