@@ -42,6 +42,9 @@ def private_dir(path: pathlib.Path) -> pathlib.Path:
         os.chmod(path, 0o700)  # the umask may have taken bits the mode asked for; never adds any
     except FileExistsError:
         pass
+    except OSError as exc:  # no parent, a file on the way, no write permission, a read-only file system
+        raise ConfigError(f"cannot make {path} ({exc.strerror}); set ACTORWIRE_RUNTIME_DIR to a directory "
+                          f"that exists and that this user can write") from None
     st = os.lstat(path)
     import stat
 

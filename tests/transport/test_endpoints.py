@@ -46,3 +46,21 @@ def test_a_symlink_in_place_of_the_directory_is_refused(tmp_path: pathlib.Path,
     (tmp_path / f"actorwire-{os.getuid()}").symlink_to(elsewhere)
     with pytest.raises(ConfigError, match="is not a directory"):
         user_dir()
+
+
+@pytest.mark.parametrize("case", ["missing", "a file", "read-only"])
+def test_a_runtime_dir_that_cannot_hold_the_directory_is_one_line(
+        case: str, tmp_path: pathlib.Path, setenv: Callable[[str, str | None], None]) -> None:
+    """ACTORWIRE_RUNTIME_DIR naming nothing, a file, or a directory this user cannot write: a
+    ConfigError naming the variable (the CLI prints it as one line), not an OSError traceback."""
+    runtime = tmp_path / "runtime"
+    if case == "a file":
+        runtime.write_text("")
+    elif case == "read-only":
+        runtime.mkdir(mode=0o500)
+    setenv("ACTORWIRE_RUNTIME_DIR", str(runtime))
+    if case == "read-only" and os.access(runtime, os.W_OK):
+        pytest.skip("this user writes anywhere (root): a read-only directory cannot be made")
+    with pytest.raises(ConfigError, match="ACTORWIRE_RUNTIME_DIR") as refused:
+        run_dir("run-1")
+    assert "\n" not in str(refused.value) and str(runtime) in str(refused.value)
