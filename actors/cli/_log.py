@@ -668,6 +668,8 @@ def run_guarded(func: Any, args: argparse.Namespace) -> int:
 
 
 def add_parsers(sub: Any) -> None:
+    from actorwire.actors.cli._main import _non_negative, _seconds
+
     log = sub.add_parser("log", help="read recordings: show, stats, tail, export")
     logsub = log.add_subparsers(dest="log_command", metavar="ACTION", required=True)
 
@@ -696,7 +698,7 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("path", metavar="PATH")
     common(p, many=False)
     p.add_argument("-f", "--follow", action="store_true", help="keep following the log")
-    p.add_argument("--for", dest="seconds", type=float, metavar="S", help="stop following after S seconds")
+    p.add_argument("--for", dest="seconds", type=_seconds, metavar="S", help="stop following after S seconds")
     p.set_defaults(func=lambda a: run_guarded(cmd_tail, a))
 
     p = logsub.add_parser("export", help="export a timeline")
@@ -710,9 +712,9 @@ def add_parsers(sub: Any) -> None:
     p.add_argument("--actor-class", metavar="MODULE:CLASS",
                    help="build the actor from this class (needed for classes that are not built in: replay "
                         "never imports what a recording names)")
-    p.add_argument("--until", type=int, metavar="N", help="stop after message N")
+    p.add_argument("--until", type=_non_negative, metavar="N", help="stop after message N")
     p.add_argument("--state", action="store_true", help="with --until: print the actor's attributes as JSON")
-    p.add_argument("--break", dest="stop_before", type=int, metavar="N",
+    p.add_argument("--break", dest="stop_before", type=_non_negative, metavar="N",
                    help="stop in pdb before message N, with the actor, the message and the context at hand")
     p.add_argument("--json", action="store_true", help="the report as one JSON object")
     p.set_defaults(func=lambda a: run_guarded(cmd_replay, a))
