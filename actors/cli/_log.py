@@ -616,8 +616,16 @@ def _protocol_slices(call: Call, tid: int, origin: int, last_end: int | None) ->
 
 
 def cmd_export(args: argparse.Namespace) -> int:
+    out = pathlib.Path(args.perfetto)
+    if out.is_dir() or not out.parent.is_dir():  # said before a long read, not after it
+        note(f"cannot write {out}: " + ("it is a directory" if out.is_dir() else "its directory does not exist"))
+        return 1
     trace = perfetto_trace(args.paths, skip_corrupt=args.skip_corrupt)
-    pathlib.Path(args.perfetto).write_text(json.dumps(trace))
+    try:
+        out.write_text(json.dumps(trace))
+    except OSError as exc:
+        note(f"cannot write {out}: {exc.strerror}")
+        return 1
     slices = sum(1 for e in trace["traceEvents"] if e["ph"] == "X")
     flows = sum(1 for e in trace["traceEvents"] if e["ph"] == "f")
     print(f"wrote {args.perfetto}: {slices} handler slices, {flows} flows; open it at https://ui.perfetto.dev")
