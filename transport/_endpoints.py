@@ -127,6 +127,18 @@ def tcp_host(endpoint: str) -> str:
     return host.strip("[]")
 
 
+def check_tcp_port(endpoint: str, what: str) -> None:
+    """Refuse a ``tcp://HOST:PORT`` whose port is not a number from 0 to 65535 (0: any free port).
+
+    libzmq takes a larger number modulo 65536 (``:99999`` binds or reaches port 34463), so the
+    mistake would show up later as a run listening, or a worker connecting, somewhere else.
+    """
+    port = endpoint[len("tcp://"):].rsplit(":", 1)[-1] if ":" in endpoint[len("tcp://"):] else ""
+    if not (port.isascii() and port.isdigit() and int(port) <= 65535):
+        raise ConfigError(f"{what}: the port must be a number from 0 to 65535 (0: any free one), "
+                          f"as in tcp://HOST:PORT; got {port!r}")
+
+
 def pick_endpoint(endpoints: list[str], peer_host: str, my_host: str, *, prefer_tcp: bool = False) -> str:
     """The endpoint of a peer to connect to: ipc if it is on this host, else tcp.
 

@@ -92,6 +92,7 @@ from actorwire.transport._asks import ROOT, Asks, Match, PendingAsk
 from actorwire.transport._config import RuntimeConfig
 from actorwire.transport._delivery import InStreams, OutStream, Verdict
 from actorwire.transport._endpoints import (
+    check_tcp_port,
     ipc_endpoint,
     is_tcp,
     listening,
@@ -312,10 +313,12 @@ class Node:
 
         self._security = security if security is not None else Security()
         if root_endpoint is not None and is_tcp(root_endpoint):
+            check_tcp_port(root_endpoint, f"the root endpoint {root_endpoint}")
             self._security.check_tcp(tcp_host(root_endpoint), f"the root endpoint {root_endpoint}")
         if bind_tcp is None and root_endpoint is not None and is_tcp(root_endpoint):
             bind_tcp = f"tcp://{local_address_towards(tcp_host(root_endpoint))}:0"
         if bind_tcp is not None:
+            check_tcp_port(bind_tcp, f"the bind address {bind_tcp}")
             self._security.check_tcp(tcp_host(bind_tcp), f"the bind address {bind_tcp}")
 
         # libzmq drops a connection whose frame exceeds this, before Python allocates it.

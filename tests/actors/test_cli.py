@@ -118,6 +118,8 @@ BAD = [
      "argument --epochs: expected a positive integer, got '0'"),
     (["coordinator", "--bind", "tcp://127.0.0.1:0", "--dataset-size", "8", "--join-timeout", "nan"],
      "argument --join-timeout: expected a positive number of seconds, got 'nan'"),
+    (["coordinator", "--bind", "tcp://127.0.0.1:99999", "--dataset-size", "8", "--world-size", "1"],
+     "the bind address tcp://127.0.0.1:99999: the port must be a number from 0 to 65535"),
     (["demo", "--at-epoch", "2"], "--at-epoch says when --kill-rank kills; give --kill-rank too"),
     (["messages", "free_grup"], "no message kind named 'free_grup'; closest: free_group"),
     (["replay", "/nonexistent/run"], "/nonexistent/run: no such file or directory"),

@@ -46,6 +46,17 @@ def test_plain_tcp_needs_an_explicit_flag_and_loopback() -> None:
     assert is_loopback("::1") and is_loopback("localhost") and not is_loopback("10.0.0.1")
 
 
+@pytest.mark.parametrize("port", ["99999", "65536", "-1", "abc", ""])
+def test_a_tcp_port_out_of_range_is_refused_not_wrapped(port: str) -> None:
+    """libzmq binds or reaches ``:99999`` as port 34463 (modulo 65536): refused before it gets there."""
+    from actorwire.transport import ConfigError
+
+    with pytest.raises(ConfigError, match=f"the port must be a number from 0 to 65535.*got '{port}'"):
+        ActorSystem(bind=f"tcp://127.0.0.1:{port}", security=Security(insecure_tcp=True))
+    with pytest.raises(ConfigError, match=f"the root endpoint .*got '{port}'"):
+        ActorSystem(join=f"tcp://127.0.0.1:{port}", run_id="r", security=Security(insecure_tcp=True))
+
+
 def test_missing_keys_are_named(tmp_path: pathlib.Path) -> None:
     with pytest.raises(SecurityError, match="actorwire keygen"):
         Security(keys=str(tmp_path))
