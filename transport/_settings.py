@@ -12,6 +12,8 @@ docs/configuration.md holds the same table; a test keeps the two equal.
 from __future__ import annotations
 
 import functools
+import logging
+import math
 import os
 import tempfile
 from collections.abc import Mapping
@@ -97,11 +99,28 @@ class Settings(msgspec.Struct, frozen=True, kw_only=True):
             if raw:
                 values[field] = _parse(variable(field), raw, kind)
         settings = cls(**values)
+        # Refused here, where the command line turns it into one line, rather than in whichever
+        # process first reads it (a worker's traceback, or a run that waits -5 s).
         if settings.timeout_scale <= 0:
             raise ConfigError(f"{variable('timeout_scale')} must be positive, got {settings.timeout_scale:g}")
+        if settings.join_timeout <= 0:
+            raise ConfigError(f"{variable('join_timeout')} must be positive, got {settings.join_timeout:g}")
         if not 0 < settings.port < 65536:
             raise ConfigError(f"{variable('port')} must be a port number, got {settings.port}")
+        if settings.rank is not None and settings.rank < 0:
+            raise ConfigError(f"{variable('rank')} must be 0 or more, got {settings.rank}")
+        if settings.world_size is not None and settings.world_size < 1:
+            raise ConfigError(f"{variable('world_size')} must be 1 or more, got {settings.world_size}")
+        if settings.plane and settings.plane not in _PLANES:
+            raise ConfigError(f"{variable('plane')} must be one of {', '.join(_PLANES)}, got {settings.plane!r}")
+        if not isinstance(logging.getLevelName(settings.log_level.upper()), int):
+            raise ConfigError(f"{variable('log_level')} must be debug, info, warning or error, "
+                              f"got {settings.log_level!r}")
         return settings
+
+
+#: What ACTORWIRE_PLANE may force (docs/configuration.md).
+_PLANES = ("local", "shm", "cuda_ipc", "frames")
 
 
 def variable(field: str) -> str:
@@ -144,9 +163,12 @@ def _parse(name: str, raw: str, kind: Any) -> Any:
             raise ConfigError(f"{name} must be an integer, got {raw!r}") from None
     if text == "float":
         try:
-            return float(raw)
+            value = float(raw)
         except ValueError:
             raise ConfigError(f"{name} must be a number, got {raw!r}") from None
+        if not math.isfinite(value):
+            raise ConfigError(f"{name} must be a finite number, got {raw!r}")
+        return value
     return raw
 
 

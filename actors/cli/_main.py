@@ -224,8 +224,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     from actorwire.transport import configure_logging
 
-    configure_logging()  # the command line owns its process; the library never configures logging
     try:
+        configure_logging()  # the command line owns its process; the library never configures logging
         return int(args.func(args) or 0)
     except KeyboardInterrupt:
         print("interrupted", file=sys.stderr)

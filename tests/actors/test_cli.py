@@ -149,6 +149,17 @@ def test_bad_invocations_are_one_line(argv: list[str], says: str) -> None:
     assert len([line for line in out.splitlines() if line.strip()]) == 1, out
 
 
+def test_a_bad_setting_is_one_line_before_anything_runs() -> None:
+    """An ACTORWIRE_* variable the settings refuse: the command's one line, exit 2, even though
+    reading the settings is the first thing the command line does (to configure logging)."""
+    for variable, value in (("ACTORWIRE_TIMEOUT_SCALE", "0"), ("ACTORWIRE_PLANE", "bogus")):
+        proc = subprocess.run([sys.executable, "-m", "actorwire", "messages", "free_group"], capture_output=True,
+                              text=True, timeout=60, env={**os.environ, variable: value})
+        out = proc.stderr + proc.stdout
+        assert proc.returncode == 2 and "Traceback" not in out, out
+        assert out.strip().startswith(f"actorwire messages: {variable} must be") and len(out.splitlines()) == 1
+
+
 def test_demo_record_into_a_file_or_an_impossible_path(tmp_path) -> None:
     file = tmp_path / "file"
     file.write_text("")

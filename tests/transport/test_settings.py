@@ -40,6 +40,14 @@ def test_values_are_parsed_by_type() -> None:
     ("ACTORWIRE_TIMEOUT_SCALE", "fast", "ACTORWIRE_TIMEOUT_SCALE must be a number, got 'fast'"),
     ("ACTORWIRE_TIMEOUT_SCALE", "-1", "ACTORWIRE_TIMEOUT_SCALE must be positive, got -1"),
     ("ACTORWIRE_PORT", "70000", "ACTORWIRE_PORT must be a port number, got 70000"),
+    # Each of these ran on into a traceback in some process, or a run that gave up at once.
+    ("ACTORWIRE_TIMEOUT_SCALE", "nan", "ACTORWIRE_TIMEOUT_SCALE must be a finite number, got 'nan'"),
+    ("ACTORWIRE_JOIN_TIMEOUT", "inf", "ACTORWIRE_JOIN_TIMEOUT must be a finite number, got 'inf'"),
+    ("ACTORWIRE_JOIN_TIMEOUT", "-5", "ACTORWIRE_JOIN_TIMEOUT must be positive, got -5"),
+    ("ACTORWIRE_RANK", "-1", "ACTORWIRE_RANK must be 0 or more, got -1"),
+    ("ACTORWIRE_WORLD_SIZE", "0", "ACTORWIRE_WORLD_SIZE must be 1 or more, got 0"),
+    ("ACTORWIRE_PLANE", "bogus", "ACTORWIRE_PLANE must be one of local, shm, cuda_ipc, frames, got 'bogus'"),
+    ("ACTORWIRE_LOG_LEVEL", "LOUD", "ACTORWIRE_LOG_LEVEL must be debug, info, warning or error, got 'LOUD'"),
 ])
 def test_a_bad_value_is_one_line_naming_the_variable(name: str, value: str, error: str) -> None:
     with pytest.raises(ConfigError, match=f"^{re.escape(error)}$"):
