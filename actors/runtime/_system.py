@@ -13,6 +13,7 @@ import collections
 import contextlib
 import hashlib
 import operator
+import os
 import subprocess
 import threading
 import time
@@ -428,13 +429,15 @@ class ActorSystem:
         takeover: bool = False,
         node_id: str | None = None,
         proctitle: bool = False,
-        record: str | RecordSettings | None = None,
+        record: str | os.PathLike[str] | RecordSettings | None = None,
         security: Security | None = None,
         join_timeout: float = 10.0,
         introspect: bool = True,
     ) -> None:
         if join is not None and run_id is None:
             raise InvalidArgument("joining a system needs its run_id")
+        if record is not None and not isinstance(record, (str, os.PathLike, RecordSettings)):
+            raise WrongType(f"record= takes a directory (str or path) or RecordSettings, got {type(record).__name__}")
         self.run_id = run_id or uuid.uuid4().hex[:12]
         self.config = config or RuntimeConfig()
         self.rank = rank
@@ -445,7 +448,8 @@ class ActorSystem:
         self._watch_lock = threading.Lock()
         self._thread_names = threading.local()
         self._closed = False
-        self._record = RecordSettings(record) if isinstance(record, str) else record or RecordSettings.from_env()
+        self._record = (RecordSettings(os.fspath(record)) if isinstance(record, (str, os.PathLike))
+                        else record or RecordSettings.from_env())
         self.log = get_logger(run_id=self.run_id, rank=rank)
         self._node = Node(run_id=self.run_id, root_endpoint=join, bind_tcp=bind, config=self.config,
                           on_down=self._on_down, node_id=node_id, takeover=takeover, security=security)
@@ -497,6 +501,10 @@ class ActorSystem:
         """Start ``actor`` under ``name`` in this process; returns the name."""
         if not isinstance(actor, Actor):
             raise WrongType(f"spawn() takes an Actor instance, got {type(actor).__name__}")
+        if not isinstance(name, str) or not 1 <= len(name) <= 256:
+            # The wire's ActorName: a name another node could not be told is no name (and "" is the
+            # target of node-level messages).
+            raise InvalidArgument(f"an actor name is 1 to 256 characters, got {name!r}")
         if name.startswith(RUNTIME_PREFIX):
             raise InvalidArgument(f"actor names starting with {RUNTIME_PREFIX!r} are the runtime's: {name!r}")
         return self._spawn(actor, name)

@@ -111,6 +111,61 @@ def test_duplicate_name_in_one_process(system: ActorSystem) -> None:
         system.spawn(Echo, "e2")  # type: ignore[arg-type]
 
 
+class Replier(Actor):
+    """Replies to an ask with whatever ``answer`` holds, a message or not."""
+
+    def __init__(self, answer: object) -> None:
+        self.answer = answer
+
+    @handler
+    def on_sync(self, msg: m.SyncNow, ctx: Context) -> None:
+        if msg.cycle == 1:
+            ctx.reply(self.answer)  # type: ignore[arg-type]
+        else:
+            ctx.tell("echo", self.answer)  # type: ignore[arg-type]
+
+
+def test_something_that_is_not_a_message_is_refused_on_every_path(system: ActorSystem) -> None:
+    """A local target used to be handed the object itself: a str told to an actor in the same process
+    killed that actor's thread (its logging called wire_tag() on it), and every later ask of it timed out."""
+    system.spawn(Echo(), "echo")
+    for send in (lambda: system.tell("echo", "hello"),  # type: ignore[arg-type]
+                 lambda: system.ask("echo", {"type": "sync_now"}, timeout=5)):  # type: ignore[arg-type]
+        with pytest.raises(TypeError, match="expected an actorwire message, got (str|dict)"):
+            send()
+    assert system.ask("echo", SYNC, timeout=5) == SYNC  # alive
+    # From a handler: a reply or a tell of a non-message fails that handler, as any error would.
+    system.spawn(Replier("not a message"), "replier")
+    with pytest.raises(RemoteError, match="handler_failed.*expected an actorwire message, got str"):
+        system.ask("replier", SYNC, timeout=5)
+    with pytest.raises(RemoteError, match="handler_failed.*expected an actorwire message, got str"):
+        system.ask("replier", m.SyncNow(cycle=2), timeout=5)
+    assert system.ask("echo", SYNC, timeout=5) == SYNC
+
+
+@pytest.mark.parametrize("timeout", [0, -1, float("nan"), float("inf"), "5"])
+def test_an_ask_timeout_that_is_no_deadline_is_refused(system: ActorSystem, timeout: object) -> None:
+    """A negative timeout used to leave the asker waiting forever; nan never expires either."""
+    system.spawn(Echo(), "echo")
+    with pytest.raises((ValueError, TypeError), match="an ask's timeout must be a"):
+        system.ask("echo", SYNC, timeout=timeout)  # type: ignore[arg-type]
+    with pytest.raises((ValueError, TypeError), match="a send's timeout must be a"):
+        system.tell("echo", SYNC, timeout=-1 if timeout == 0 else timeout)  # type: ignore[arg-type]
+    system.tell("echo", SYNC, timeout=0)  # 0: do not wait for room, which is a timeout a tell can take
+
+
+@pytest.mark.parametrize("name", ["", "x" * 257])
+def test_an_actor_name_the_wire_cannot_carry_is_refused(system: ActorSystem, name: str) -> None:
+    """"" is the target of node-level messages; a name over 256 characters no other node would take."""
+    with pytest.raises(ValueError, match="an actor name is 1 to 256 characters"):
+        system.spawn(Echo(), name)
+
+
+def test_record_takes_a_directory_or_settings() -> None:
+    with pytest.raises(TypeError, match="record= takes a directory"):
+        ActorSystem(record=123)  # type: ignore[arg-type]
+
+
 def test_inbox_poll_never_blocks_and_get_waits(system: ActorSystem) -> None:
     inbox = system.inbox("trainer")
     assert inbox.poll() is None
