@@ -25,8 +25,9 @@ from typing import TYPE_CHECKING, Any
 
 import msgspec
 
+from actorwire.actors.runtime._timers import check_delay
 from actorwire.messages import ActorwireError, DownReason, Envelope, Message
-from actorwire.transport._errors import ActorDead, InvalidArgument, NotAnAsk, UnknownActor
+from actorwire.transport._errors import ActorDead, NotAnAsk, UnknownActor
 from actorwire.transport._log import get_logger
 from actorwire.transport.recording import Clock, Draw, Effect, Out
 
@@ -351,8 +352,7 @@ class FakeContext(Context):
         return targets
 
     def start_timer(self, key: str, delay: float, *, periodic: bool = False) -> None:
-        if delay < 0 or (periodic and delay == 0):
-            raise InvalidArgument(f"timer {key!r}: bad delay {delay}")
+        check_delay(key, delay, periodic)  # what the live runtime refuses, the test kit refuses
         self.timers[key] = (self.clock + delay, delay if periodic else 0.0, 1)
 
     def cancel_timer(self, key: str) -> None:
@@ -467,6 +467,7 @@ class ReplayContext(FakeContext):
         return self.names_reads.pop(0)
 
     def start_timer(self, key: str, delay: float, *, periodic: bool = False) -> None:
+        check_delay(key, delay, periodic)  # raised live too: the handler's recorded error replays
         self.emitted.append(("start_timer", key, delay, periodic))
 
     def cancel_timer(self, key: str) -> None:

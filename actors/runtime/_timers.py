@@ -4,12 +4,24 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import math
 import threading
 import time
 from typing import Any
 
 from actorwire.messages import Envelope, TimerFired
-from actorwire.transport._errors import InvalidArgument
+from actorwire.transport._errors import InvalidArgument, WrongType
+
+
+def check_delay(key: str, delay: float, periodic: bool) -> None:
+    """Refuse a delay no timer can keep: negative, not finite (inf stopped the timers thread of its
+    process; nan fired at once and broke the heap's order), or a period of 0."""
+    if isinstance(delay, bool) or not isinstance(delay, (int, float)):
+        raise WrongType(f"timer {key!r}: the delay is a number of seconds, got {type(delay).__name__}")
+    if not 0 <= delay < math.inf:
+        raise InvalidArgument(f"timer {key!r}: the delay must be a finite number of seconds >= 0, got {delay}")
+    if periodic and delay == 0:
+        raise InvalidArgument(f"timer {key!r}: a periodic timer needs a positive period")
 
 
 class Timers:
@@ -23,10 +35,7 @@ class Timers:
         self._thread.start()
 
     def start(self, cell: Any, key: str, delay: float, periodic: bool) -> None:
-        if delay < 0:
-            raise InvalidArgument(f"timer {key!r}: delay must be >= 0, got {delay}")
-        if periodic and delay == 0:
-            raise InvalidArgument(f"timer {key!r}: a periodic timer needs a positive period")
+        check_delay(key, delay, periodic)
         with self._cond:
             gen = next(self._gen)
             self._live[(id(cell), key)] = gen
@@ -53,7 +62,9 @@ class Timers:
         while True:
             with self._cond:
                 while not self._closed and (not self._heap or self._heap[0][0] > time.monotonic()):
-                    self._cond.wait(None if not self._heap else max(0.0, self._heap[0][0] - time.monotonic()))
+                    # At most TIMEOUT_MAX at a time: a timer days away must not overflow the wait.
+                    self._cond.wait(None if not self._heap else
+                                    min(threading.TIMEOUT_MAX, max(0.0, self._heap[0][0] - time.monotonic())))
                 if self._closed:
                     return
                 due, gen, cell, key, period, count = heapq.heappop(self._heap)

@@ -180,6 +180,41 @@ def test_inbox_poll_never_blocks_and_get_waits(system: ActorSystem) -> None:
     assert list(inbox.drain()) == []
 
 
+class Setter(Actor):
+    """Starts timer ``k<cycle>`` with the delay ``DELAYS[cycle]``; tells ``main`` each firing."""
+
+    DELAYS = {1: float("inf"), 2: float("nan"), 3: -1.0, 4: 1e12, 5: 0.05}
+
+    @handler
+    def on_sync(self, msg: m.SyncNow, ctx: Context) -> None:
+        ctx.start_timer(f"k{msg.cycle}", self.DELAYS[msg.cycle])
+        ctx.reply(m.SyncAck(rank=0, step_count=msg.cycle))
+
+    @handler
+    def on_timer(self, msg: m.TimerFired, ctx: Context) -> None:
+        ctx.tell("main", m.Heartbeat(rank=0, step_count=int(msg.key[1:])))
+
+
+def test_a_timer_delay_no_clock_can_keep_is_refused_and_timers_go_on(system: ActorSystem) -> None:
+    """start_timer(key, inf) used to kill the process's timers thread (an OverflowError in its wait):
+    every timer of every actor stopped firing. nan fired at once. Both are refused now, and a timer
+    set a very long way ahead (past threading.TIMEOUT_MAX) leaves the thread waiting in steps."""
+    inbox = system.inbox("main")
+    system.spawn(Setter(), "setter")
+    for cycle in (1, 2, 3):
+        with pytest.raises(RemoteError, match=f"timer 'k{cycle}': the delay must be a finite number of seconds"):
+            system.ask("setter", m.SyncNow(cycle=cycle), timeout=5)
+    assert system.ask("setter", m.SyncNow(cycle=4), timeout=5).step_count == 4  # 1e12 s: taken
+    assert system.ask("setter", m.SyncNow(cycle=5), timeout=5).step_count == 5
+    got = inbox.get(timeout=5)
+    assert got is not None and got.message == m.Heartbeat(rank=0, step_count=5)  # the timers still fire
+    from actorwire.actors.testing import ActorHarness
+
+    harness = ActorHarness(Setter(), name="setter")
+    with pytest.raises(ValueError, match="timer 'k1': the delay must be a finite number"):
+        harness.deliver(m.SyncNow(cycle=1))
+
+
 def test_inbox_answers_an_actor_ask(system: ActorSystem) -> None:
     class Asker(Actor):
         def __init__(self) -> None:
