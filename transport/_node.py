@@ -151,6 +151,12 @@ _BATCH_BYTES = 1 << 20  # and at most this many bytes (never above the size cap)
 _JOIN_NEWS_EVERY = 10.0  # a join that waits says so this often
 _ACK_EVERY = 512  # handled messages that trigger an ack flush at once
 _ACK_DELAY = 0.002  # otherwise acks leave within 2 ms
+_LINE_SLICE_MS = 20  # a thread waiting on its line looks at its ask's outcome this often
+_REPLY_ROUTES = 65_536  # asks that came on lines and await a reply (the oldest route is dropped past it)
+_ENVELOPE = operator.itemgetter(0)
+_STREAM_FIELDS = operator.attrgetter("sender", "target", "is_reply")
+_SEQ = operator.attrgetter("seq")
+_ACCEPT, _DUPLICATE, _GAP, _OVERRUN = Verdict.ACCEPT, Verdict.DUPLICATE, Verdict.GAP, Verdict.OVERRUN  # an enum lookup per message showed in profiles
 
 
 def _check_timeout(timeout: float, what: str, *, zero: bool = False) -> float:
@@ -161,12 +167,6 @@ def _check_timeout(timeout: float, what: str, *, zero: bool = False) -> float:
         least = "0 or more" if zero else "more than 0"
         raise InvalidArgument(f"{what} must be a finite number of seconds, {least}; got {timeout!r}")
     return timeout
-_LINE_SLICE_MS = 20  # a thread waiting on its line looks at its ask's outcome this often
-_REPLY_ROUTES = 65_536  # asks that came on lines and await a reply (the oldest route is dropped past it)
-_ENVELOPE = operator.itemgetter(0)
-_STREAM_FIELDS = operator.attrgetter("sender", "target", "is_reply")
-_SEQ = operator.attrgetter("seq")
-_ACCEPT, _DUPLICATE, _GAP, _OVERRUN = Verdict.ACCEPT, Verdict.DUPLICATE, Verdict.GAP, Verdict.OVERRUN  # an enum lookup per message showed in profiles
 
 
 # -- the I/O thread's queues ---------------------------------------------------
