@@ -57,6 +57,7 @@ from .kinds._control import (
     SetGlobalStep,
     Shutdown,
     ShutdownWithSave,
+    Evicted,
     StartEpoch,
     SyncNow,
     Throttle,
@@ -131,7 +132,7 @@ __all__ = [
     "StartEpoch", "ExtendPartition", "SyncNow",
     "Throttle", "SetGlobalStep", "Checkpoint", "ExecuteEval", "SetEpochCallbackRole",
     "EpochAggregated", "EvalBroadcast", "DeclareDead", "RequestNewNcclId", "NewNcclSession",
-    "Shutdown", "ShutdownWithSave", "CoordHeartbeat", "JoinAccepted", "JoinRejected", "WriteMeta",
+    "Shutdown", "ShutdownWithSave", "Evicted", "CoordHeartbeat", "JoinAccepted", "JoinRejected", "WriteMeta",
     "TrainBatch", "BatchTrained", "AllReduceParams", "ParamsReduced", "JoinGroup", "GroupJoined", "NewGroupId",
     "GroupIdMade", "AbortComm",
     # timing and metrics

@@ -53,6 +53,7 @@ from actorwire.messages import (
     EpochMetrics,
     EvalBroadcast,
     EvalResult,
+    Evicted,
     ExecuteEval,
     Exiting,
     ExtendPartition,
@@ -154,6 +155,14 @@ class Coordinator(Actor):
         self.reformed_after = -1  # the last attempt whose failure started a new one
         #: Ranks lost before the run started, and how: they are not waited for.
         self.lost_at_start: dict[int, str] = {}
+        #: Ranks that do not hold the run's model yet (joined, not yet in a completed sync).
+        self._fresh: set[int] = set()
+        #: A sync has completed: the run's model exists, and only ranks in a completed sync hold it.
+        self._seeded = False
+        self._source: int | None = None  # the rank named to seed the model, until a sync completes
+        self._covered: int | None = None
+        #: Sync cycles whose reduce is counted in ``global_step`` (by its acks' ``covered``).
+        self._counted: set[int] = set()
 
     def config(self) -> dict[str, Any]:
         return dict(self._config_kwargs)
@@ -265,8 +274,9 @@ class Coordinator(Actor):
             # plans that never come (a revived SIGSTOPped worker crashed; found by the simulator).
             r.told_to_leave = True
             ctx.log.warning("a rank declared dead spoke again; telling it to leave", rank=r.rank)
-            try:
-                ctx.tell(r.name, Shutdown())
+            try:  # not Shutdown: it must not end like a rank that finished, its model is stale
+                ctx.tell(r.name, Evicted(detail=f"rank {r.rank} was counted dead ({r.lost_why}) and its share went "
+                                                f"to the others; the run goes on without it"))
             except (ActorDead, UnknownActor):
                 pass
         return r
@@ -318,6 +328,7 @@ class Coordinator(Actor):
         self._roster_changed(r, False)
         self.by_name[r.name] = msg.rank
         self.lost_at_start.pop(msg.rank, None)  # a new incarnation: what was lost is back
+        self._fresh.add(msg.rank)  # it takes the run's model in its first sync, before it trains
         if r.waiting:
             ctx.log.warning("rank rejoined; it gets a share from the next epoch", rank=msg.rank, epoch=self.epoch)
         accepted = JoinAccepted(rank=msg.rank, world_size=self.settings.world_size)
@@ -476,8 +487,13 @@ class Coordinator(Actor):
         # What it had not trained of its plan and of the slices handed to it, in its own order (it
         # was one range from offset + done: after a death among ranks that held handed-over slices,
         # parts of other ranks' slices were trained twice and parts of its own never).
-        left = remaining_slices(r.slices, r.epoch_steps, self.settings.batch_size)
+        # What it trained after its last completed sync dies with it: that part is handed over too.
+        # Its ack of the cycle in progress counts: an ack says the reduce completed, its work is in.
+        in_model = r.acked_steps if r.rank in self.sync_acked else r.synced_steps
+        synced = min(r.epoch_steps, max(0, in_model - r.epoch_start_steps))
+        left = remaining_slices(r.slices, synced, self.settings.batch_size)
         remainder = sum(n for _, n in left)
+        r.lost_why = f"{why}, in epoch {self.epoch}"
         r.alive = False
         self.failures += 1
         self.sync_acked.discard(r.rank)
@@ -603,7 +619,11 @@ class Coordinator(Actor):
         if self.sync_armed_at is not None:
             # The reduce that the death broke is abandoned by the workers; every
             # survivor, acked or not, joins a new cycle on the new group.
+            self._settle_acks()
             self._arm_sync(ctx)
+        else:
+            self._maybe_sync(ctx)  # ranks that do not hold the model yet take it on the new group
+        self._maybe_finish(ctx)
 
     # -- roles ------------------------------------------------------------------
 
@@ -647,6 +667,7 @@ class Coordinator(Actor):
             r.extended = 0
             r.ext_sent = r.ext_done = 0
             r.epoch_steps = 0
+            r.epoch_start_steps = r.total_steps
             self._tell(ctx, r, StartEpoch(epoch=epoch, partition_offset=offset, partition_size=size))
             offset += size
         self._set_quotas()
@@ -655,6 +676,7 @@ class Coordinator(Actor):
             ctx.log.warning("rejoined ranks take part from this epoch", epoch=epoch, ranks=[r.rank for r in joining])
             self.rendezvous = None
             self._start_rendezvous(ctx, fresh=True)
+        self._maybe_sync(ctx)  # the ranks that do not hold the model take it before they train
 
     def _send_eval(self, ctx: Context, epoch: int, final: bool = False) -> None:
         target = self.ranks.get(self.eval_role) if self.eval_role is not None else None
@@ -797,6 +819,10 @@ class Coordinator(Actor):
     def _maybe_sync(self, ctx: Context) -> None:
         if self.sync_armed_at is not None or self.phase not in (Phase.RUNNING, Phase.FINISHING) or self.saved:
             return
+        if self._fresh and self.rendezvous is None and self.epoch >= 0 and any(
+                (r := self.ranks.get(k)) is not None and r.in_run for k in self._fresh):
+            self._arm_sync(ctx)  # a rank in the run without the model cannot train: it takes it now
+            return
         # Called on every Batch: with a thousand ranks a full scan each time dominated the
         # coordinator's CPU (bench scale).  The rank that blocked the last scan is checked first;
         # while it still blocks, nothing else can open the gate.
@@ -816,36 +842,96 @@ class Coordinator(Actor):
             self._arm_sync(ctx)
 
     def _arm_sync(self, ctx: Context) -> None:
+        alive = self.alive()
+        source = None
+        if not self._seeded and alive:
+            # Before the first completed sync one rank's initialisation becomes the run's model; it is
+            # named in every SyncNow until a sync completes (a rank that was blocked may have dropped
+            # the one that named it first).
+            if self._source is None or self._source not in self._alive_ids():
+                self._source = alive[0].rank
+                alive[0].has_model = True
+                self._fresh.discard(alive[0].rank)
+            source = self.ranks[self._source]
+        elif alive and not any(r.has_model for r in alive):
+            # Only ranks that joined since the last sync are left: the trained model died with
+            # the others (a fresh initialisation must not take its place).
+            self._save_and_shutdown(ctx, SaveReason.ALL_RANKS_LOST,
+                                    f"every rank that held the run's model was lost; ranks "
+                                    f"{[r.rank for r in alive]} joined since and hold none (epoch {self.epoch})")
+            return
         self.sync_cycle += 1
         self.sync_armed_at = ctx.now()
         self.sync_acked = set()
-        self._tell_all(ctx, SyncNow(cycle=self.sync_cycle))
+        self._covered = None  # the steps the cycle's reduce averaged, as its acks say
+        self._tell_all(ctx, SyncNow(cycle=self.sync_cycle, source=None if source is None else source.rank))
 
     @handler
     @_phased
     def on_sync_ack(self, msg: SyncAck, ctx: Context) -> None:
         r = self._from_rank(ctx, msg.rank)
-        if r is None or not r.alive or self.sync_armed_at is None:
+        if r is None or not r.alive:
             return  # a dead rank's late ack finished a sync with nobody left (simulator)
+        if msg.cycle and msg.cycle != self.sync_cycle:
+            # A reduce that completed after a new group made its cycle start again: not an answer to
+            # the cycle in progress, but what it says still holds (the rank's work up to it is in).
+            if msg.covered is not None and msg.cycle not in self._counted:
+                self._counted.add(msg.cycle)
+                self.global_step += msg.covered
+            self._synced(r, msg.step_count)
+            return
+        if self.sync_armed_at is None:
+            return
         self.sync_acked.add(r.rank)
+        r.acked_steps = msg.step_count
+        if msg.covered is not None:
+            self._covered = max(self._covered or 0, msg.covered)
         alive = self._alive_ids()  # a rank waiting for the next epoch was not asked
         if len(self.sync_acked) >= len(alive) and self.sync_acked.issuperset(alive):
             self._finish_sync(ctx)
+
+    def _settle_acks(self) -> None:
+        """Count what the acks of the cycle in progress say was averaged into the model.
+
+        A reduce covers what each rank had trained when it acked; the batches a rank reports after
+        its ack (it trains on while the others ack) wait for the next sync.  A rank declared dead
+        after the reduce took its steps and before its ack came is in the model too: the reduce's
+        own count (``SyncAck.covered``) says so.  Called when the cycle closes, and when a new group
+        makes it start again (the acks that came are of a reduce that completed)."""
+        covered = 0
+        for rank in self.sync_acked:
+            r = self.ranks[rank]
+            covered += max(0, r.acked_steps - r.synced_steps)
+            self._synced(r, r.acked_steps)
+        if self.sync_acked and self.sync_cycle not in self._counted:
+            self._counted = {c for c in self._counted if c > self.sync_cycle - 64}  # late acks come soon
+            self._counted.add(self.sync_cycle)
+            self.global_step += covered if self._covered is None else self._covered
+        self._covered = None
+        self.sync_acked = set()
+        self._blocker = None
+
+    def _synced(self, r: RankState, steps: int) -> None:
+        """``r`` took part in a completed reduce when it had trained ``steps``: that much is in the model."""
+        r.synced_steps = max(r.synced_steps, steps)
+        r.steps_since_sync = max(0, r.total_steps - r.synced_steps)
+        self._seeded = True
+        if not r.has_model:
+            r.has_model = True
+            self._fresh.discard(r.rank)
 
     def _finish_sync(self, ctx: Context) -> None:
         now = ctx.now()
         sync_s = now - (self.sync_armed_at if self.sync_armed_at is not None else now)
         window_s = max(1e-9, now - self.window_started)
-        moved = sum(r.steps_since_sync for r in self.ranks.values())
-        self.global_step += moved
-        for r in self.ranks.values():
-            r.steps_since_sync = 0
+        self._settle_acks()
         self.sync_armed_at = None
         if self.settings.sync_policy == "adaptive":
             self.anchor = adapt_anchor(self.anchor, sync_s / window_s, self.settings.overhead_target)
         self._set_quotas()
         self.window_started = now
         self._tell_all(ctx, SetGlobalStep(global_step=self.global_step))
+        self._maybe_aggregate(ctx)
         self._maybe_finish(ctx)
 
     # -- metrics and epoch advance ------------------------------------------------
@@ -872,6 +958,11 @@ class Coordinator(Actor):
         alive = self.alive()
         if len(reports) < len(alive) or not all(r.rank in reports and r.ext_done >= r.ext_sent for r in alive):
             return  # a rank has not reported, or still works on a dead rank's remainder
+        if self.sync_armed_at is not None:
+            return  # the epoch ends once its last batches are in the model: the sync's end comes back here
+        if any(r.steps_since_sync for r in alive):
+            self._arm_sync(ctx)  # an epoch is over when it is in every rank's model, not before
+            return
         metrics = aggregate(self.epoch, reports, max(self.ranks) + 1)
         self.history.append(metrics)
         # The ranks get the summary; the per-rank lists go to the metrics sink only.  Broadcast whole,
@@ -894,7 +985,21 @@ class Coordinator(Actor):
         alive = self.alive()
         if self.sync_armed_at is not None:
             return  # the last sync must be acknowledged by every alive rank first
-        if len(alive) >= 2 and any(r.steps_since_sync for r in alive):
+        joining = [r for r in self._reachable() if r.waiting]
+        if joining and self.rendezvous is None:
+            # Rejoined during the last epoch: they must not end the run with their own initialisation.
+            # They join the group, and its first sync gives them the final model (it comes back here).
+            ctx.log.warning("ranks that rejoined during the last epoch take the final model", ranks=[r.rank for r in joining])
+            for r in joining:
+                r.waiting = False
+            self._start_rendezvous(ctx, fresh=True)
+            return
+        if any(not r.has_model for r in alive):
+            # The first sync on their group gives them the model: the group's session (when one is
+            # being formed) or that sync's end comes back here.
+            self._maybe_sync(ctx)
+            return
+        if any(r.steps_since_sync for r in alive):
             self._arm_sync(ctx)  # one final consensus reduce
             return
         if self.settings.final_eval and not self.final_eval_pending and not getattr(self, "_final_eval_sent", False):

@@ -261,7 +261,7 @@ class GpuWorker(Actor):
     def on_reduced(self, msg: ParamsReduced, ctx: Context) -> None:
         if self._from_io(msg, ctx):
             self.collective = False
-            self._run(ctx, self.protocol.sync_done(msg.cycle, msg.error, ctx.now()))
+            self._run(ctx, self.protocol.sync_done(msg.cycle, msg.error, ctx.now(), msg.covered))
             self._schedule(ctx)
 
     @handler
@@ -304,7 +304,7 @@ class GpuWorker(Actor):
             elif isinstance(effect, _rank.Log):
                 getattr(ctx.log, effect.level)(effect.event, **effect.fields)
             elif isinstance(effect, _rank.Ended):
-                if not effect.coordinator_gone:
+                if not effect.failed:
                     for said in p.exiting():
                         self._run(ctx, [said])
                 ctx.stop()
@@ -313,7 +313,7 @@ class GpuWorker(Actor):
 def _request(effect: Effect) -> Message | None:
     """What the adapter is told to do for ``effect``; None for what the actor does itself."""
     if isinstance(effect, _rank.AllReduce):
-        return AllReduceParams(cycle=effect.cycle, steps=effect.steps)
+        return AllReduceParams(cycle=effect.cycle, steps=effect.steps, weight=effect.weight)
     if isinstance(effect, _rank.FormGroup):
         return JoinGroup(session=effect.session)
     if isinstance(effect, _rank.MakeGroupId):
@@ -364,8 +364,9 @@ class GpuWorkerEffects(EffectsAdapter):
     def on_all_reduce(self, msg: AllReduceParams, ctx: Context) -> None:
         if not self.obeys(ctx):
             return
-        error = all_reduce(self.worker.comm, self.worker.parameters(), msg.steps)
-        ctx.tell(self.owner, ParamsReduced(cycle=msg.cycle, error=error))
+        weight = msg.steps if msg.weight is None else msg.weight
+        error, covered = all_reduce(self.worker.comm, self.worker.parameters(), weight, msg.steps)
+        ctx.tell(self.owner, ParamsReduced(cycle=msg.cycle, error=error, covered=covered))
 
     @handler
     def on_join_group(self, msg: JoinGroup, ctx: Context) -> None:

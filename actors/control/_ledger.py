@@ -115,9 +115,20 @@ class RankState:
         self._alive = True
         self._exited = False
         self._waiting = False
+        #: Batches reported since the last sync this rank took part in (what the sync gate counts).
         self.steps_since_sync = 0
         self.total_steps = 0
         self.epoch_steps = 0
+        #: The rank's own step count (``SyncAck.step_count``) at the last completed sync it acked,
+        #: and at its ack of the sync in progress: a reduce covers what a rank had trained when it
+        #: acked, never the batches it reports after that and before the cycle closes.
+        self.synced_steps = 0
+        self.acked_steps = 0
+        #: ``total_steps`` when the current epoch was dispatched to it.
+        self.epoch_start_steps = 0
+        #: Holds the run's model: it took part in a completed sync, or it is the one whose
+        #: initialisation the run starts from.  A rank without it trains nothing and weighs 0.
+        self.has_model = False
         self.ms_per_batch: float | None = None
         self.lr: float | None = None
         self.plan = (0, 0)  # (offset, size) of the current epoch
@@ -127,7 +138,8 @@ class RankState:
         self.ext_sent = 0  # ExtendPartition slices sent this epoch...
         self.ext_done = 0  # ...and reported done
         self.reported_epoch = -1
-        self.told_to_leave = False  # declared dead, then heard from: told Shutdown once
+        self.told_to_leave = False  # declared dead, then heard from: told Evicted once
+        self.lost_why = "lost"  # how it was lost, for the Evicted it may be told
         self.relay = ""  # the relay its Batch and Heartbeat reports come through ("": none)
 
     @property

@@ -44,7 +44,8 @@ from __future__ import annotations
 import collections
 import dataclasses
 import math
-from typing import Any
+from collections.abc import Callable
+from typing import Any, TypeVar
 
 from actorwire.messages import (
     ActorwireError,
@@ -85,6 +86,7 @@ from actorwire.messages import (
     SyncNow,
     UsageError,
 )
+from actorwire.messages.kinds._control import Evicted
 
 
 class WorkerError(ActorwireError, RuntimeError):
@@ -104,10 +106,21 @@ class Send:
 
 @dataclasses.dataclass(frozen=True, slots=True)
 class AllReduce:
-    """Average the parameters over the group, weighed by ``steps``; then call ``sync_done``."""
+    """Average the parameters over the group, each rank's weighed by ``weight``; then call ``sync_done``."""
 
     cycle: int
+    #: The rank's steps since its last completed sync.
     steps: int
+    #: What its parameters weigh in the average: :func:`reduce_weight`.
+    weight: int = 1
+
+
+def reduce_weight(steps: int, holds_model: bool) -> int:
+    """A rank's weight in the work-weighted average: its steps since the last completed sync, at least
+    1 while it holds the run's model (one that synced just before a death still counts when the
+    broken cycle is redone), and 0 while it does not (a rank that joined late or rejoined: its own
+    initialisation is never averaged in; it takes the others' average)."""
+    return max(1, steps) if holds_model else 0
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -158,6 +171,9 @@ class Ended:
     why: str
     #: The coordinator is gone: nobody is left to say ``Exiting`` to.
     coordinator_gone: bool = False
+    #: The run did not end for this rank as a finished rank's does (evicted, or the coordinator
+    #: gone before the run ended): no ``Exiting``, and the driver exits non-zero.
+    failed: bool = False
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -199,10 +215,31 @@ class Plan:
         return [(self.offset, self.size), *self.extensions]
 
 
+T = TypeVar("T")
+
+
+def current(items: list[T], message: Callable[[T], Message] = lambda item: item) -> list[T]:  # type: ignore[assignment,return-value]
+    """What a rank that was blocked (in a step, a formation, a collective) still has to serve of what
+    queued meanwhile: every group session but the newest is dropped, and every ``SyncNow`` before it.
+
+    Joining a group blocks until every member is in or the formation times out.  A rank frozen
+    while the others formed group after group found one session per attempt in its inbox and
+    joined each in turn, each a group the others had already given up on: it never caught up, and
+    the run never finished (a rank frozen with ptrace just after its join; the simulator's hang).
+    A ``SyncNow`` before the newest session was for a group that is gone: the coordinator asks
+    again on the new one.
+    """
+    last = max((i for i, item in enumerate(items) if isinstance(message(item), NewNcclSession)), default=-1)
+    if last < 0:
+        return items
+    return [item for i, item in enumerate(items)
+            if i >= last or not isinstance(message(item), (NewNcclSession, SyncNow))]
+
+
 # Served while regrouping: what forms, breaks or ends a group, and what only updates state. Plans
 # and slices are kept with the rest, in order: a dead rank's slice served ahead of a kept
 # StartEpoch became a plan of its own, reported as the whole epoch (found by the simulator).
-_SERVED_WHILE_REGROUPING = (NewNcclSession, RequestNewNcclId, DeclareDead, Shutdown, ShutdownWithSave, Down,
+_SERVED_WHILE_REGROUPING = (NewNcclSession, RequestNewNcclId, DeclareDead, Shutdown, ShutdownWithSave, Evicted, Down,
                             CoordHeartbeat, Heartbeat, SetGlobalStep, EvalBroadcast)
 
 
@@ -224,6 +261,10 @@ class RankProtocol:
         self.current: Plan | None = None
         self.steps = 0
         self.steps_since_sync = 0
+        #: It took part in a completed sync: it holds the run's model and may train.
+        self.in_sync = False
+        #: The coordinator named it the source of the run's initial model (``SyncNow.source``).
+        self.model_source = False
         self.global_step = 0
         self.epoch_role: int | None = None
         self.session_attempt = 0
@@ -231,6 +272,9 @@ class RankProtocol:
         self.latest: EpochMetrics | None = None
         self.evals: collections.deque[tuple[int, float]] = collections.deque()
         self.ended: Shutdown | ShutdownWithSave | None = None
+        #: Why the run ended for this rank without it finishing (evicted; the coordinator gone):
+        #: the Worker's ``next_plan()`` raises it, and the rank exits non-zero.
+        self.failure: str | None = None
         self.exiting_sent = False
         self.coord_seen = 0.0
         #: The silence warning repeats at ``coordinator_timeout`` times this (doubling).
@@ -254,8 +298,9 @@ class RankProtocol:
 
     @property
     def can_train(self) -> bool:
-        """Whether the loop may take a batch now: the run not over, not waiting for a group."""
-        return self.ended is None and not self.regrouping
+        """Whether the loop may take a batch now: the run not over, not waiting for a group, and
+        holding the run's model (it took part in a completed sync)."""
+        return self.ended is None and not self.regrouping and self.in_sync
 
     # -- joining ------------------------------------------------------------------------------
 
@@ -315,7 +360,12 @@ class RankProtocol:
                 self.plans.appendleft(Plan(msg.epoch, msg.partition_offset, msg.partition_size, is_extension=True))
             return []
         if isinstance(msg, SyncNow):
-            return [] if self.exiting_sent else [AllReduce(msg.cycle, self.steps_since_sync)]
+            if self.exiting_sent:
+                return []
+            if msg.source == self.rank:
+                self.model_source = True
+            holds = self.in_sync or self.model_source
+            return [AllReduce(msg.cycle, self.steps_since_sync, reduce_weight(self.steps_since_sync, holds))]
         if isinstance(msg, SetGlobalStep):
             self.global_step = msg.global_step
         elif isinstance(msg, SetEpochCallbackRole):
@@ -339,6 +389,8 @@ class RankProtocol:
         elif isinstance(msg, (Shutdown, ShutdownWithSave)):
             why = "the run ended" if isinstance(msg, Shutdown) else f"the coordinator ended the run ({msg.reason.value})"
             return self._end(msg, why)
+        elif isinstance(msg, Evicted):
+            return self._end(Shutdown(), f"evicted from the run: {msg.detail or 'counted dead'}", failed=True)
         return []
 
     def tick(self, now: float) -> list[Effect]:
@@ -357,13 +409,18 @@ class RankProtocol:
             return effects + self._stop_regrouping(now)
         return []
 
-    def _end(self, message: Shutdown | ShutdownWithSave, why: str, gone: bool = False) -> list[Effect]:
+    def _end(self, message: Shutdown | ShutdownWithSave, why: str, gone: bool = False,
+             failed: bool = False) -> list[Effect]:
         if self.ended is not None:
             return []
         self.ended = message
         self.regroup_until = None
         self._deferred = []  # plans and syncs for a run that is over
-        return [Log("warning" if gone or isinstance(message, ShutdownWithSave) else "info", why), Ended(message, why, gone)]
+        failed = failed or gone
+        if failed:
+            self.failure = f"rank {self.rank}: {why}; its model is not the run's result"
+        level = "error" if failed else "warning" if isinstance(message, ShutdownWithSave) else "info"
+        return [Log(level, why), Ended(message, why, gone, failed)]
 
     def coordinator_gone(self, error: str) -> list[Effect]:
         """A tell to the coordinator failed: it is gone, and the run is over for this rank."""
@@ -371,11 +428,13 @@ class RankProtocol:
 
     # -- the results of effects --------------------------------------------------------------------
 
-    def sync_done(self, cycle: int, error: str | None, now: float) -> list[Effect]:
-        """The all-reduce of ``cycle`` returned (``error``: it failed; a peer died or hung)."""
+    def sync_done(self, cycle: int, error: str | None, now: float, covered: int | None = None) -> list[Effect]:
+        """The all-reduce of ``cycle`` returned (``error``: it failed; a peer died or hung); ``covered``: the
+        steps it averaged, summed over the members."""
         if error is None:
             self.steps_since_sync = 0
-            return [Send(SyncAck(rank=self.rank, step_count=self.steps))]
+            self.in_sync = True
+            return [Send(SyncAck(rank=self.rank, step_count=self.steps, covered=covered, cycle=cycle))]
         # Abandoned, not retried: the survivors may have left it at different points. Said at once:
         # when no death explains the failure (a hung peer) only this report makes the coordinator
         # form the group again. Until the new group is in, the rank serves only what forms it.
@@ -389,7 +448,7 @@ class RankProtocol:
         if error is not None:
             return [Log("warning", "could not join the new process group", {"attempt": attempt, "error": error}),
                     Send(SessionFailed(rank=self.rank, attempt=attempt, reason=error[:500]))]
-        return self._stop_regrouping(now) if self.regrouping else []
+        return self._stop_regrouping(now, formed=True) if self.regrouping else []
 
     def group_id_made(self, attempt: int, uid: bytes | None, error: str | None) -> list[Effect]:
         if uid is None:  # the coordinator asks the next rank after its rendezvous timeout
@@ -405,9 +464,17 @@ class RankProtocol:
     def epoch_fn_done(self, epoch: int, elapsed_ms: float) -> list[Effect]:
         return [Send(EpochFnElapsed(rank=self.rank, epoch=epoch, elapsed_ms=elapsed_ms))]
 
-    def _stop_regrouping(self, now: float) -> list[Effect]:
+    def _stop_regrouping(self, now: float, formed: bool = False) -> list[Effect]:
         self.regroup_until = None
         deferred, self._deferred = self._deferred, []
+        # A SyncNow kept while regrouping came before the session just formed: it was for a group
+        # that is gone, and the coordinator asks again on the new one (after a formation every
+        # member must run the same collectives: a rank that ran a kept SyncNow while another had
+        # not kept it left the two a reduce apart; found by the simulator's model).  Without a new
+        # group, only the last one is still asked for.
+        syncs = [i for i, msg in enumerate(deferred) if isinstance(msg, SyncNow)]
+        keep = -1 if formed or not syncs else syncs[-1]
+        deferred = [msg for i, msg in enumerate(deferred) if not isinstance(msg, SyncNow) or i == keep]
         effects: list[Effect] = []
         for msg in deferred:
             effects.extend(self.receive(msg, now))

@@ -11,34 +11,39 @@ from actorwire.messages import Checkpoint, CheckpointResult, EvalResult, Execute
 from actorwire.transport.comm import CommError, Communicator
 
 
-def weighted_average(comm: Communicator, params: list[Any], steps: int) -> None:
-    """Work-weighted all-reduce: parameters weighed by ``steps`` since the last sync, summed, divided once.
+def weighted_average(comm: Communicator, params: list[Any], weight: int, steps: int = 0) -> int:
+    """Work-weighted all-reduce: parameters weighed by ``weight`` (``_rank.reduce_weight``: the steps
+    since the last sync, or 0 for a rank that takes the others' model), summed, divided once.
 
-    The weight is at least 1: a rank that synced just before a death still counts when the
-    broken cycle is redone.  Raises ``CommError`` when the group is broken.
+    ``steps`` (this rank's since its last sync) are summed in the same collective: the total, the
+    steps the average covers, is returned.  Raises ``CommError`` when the group is broken.
     """
     import torch
     from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
     with torch.no_grad():
         flat = parameters_to_vector(params)
-        weight = float(max(1, steps))
-        buf = torch.cat([flat * weight, torch.tensor([weight], dtype=flat.dtype, device=flat.device)])
+        w = float(weight)
+        buf = torch.cat([flat * w, torch.tensor([w, float(steps)], dtype=torch.float64).to(flat)])
         comm.all_reduce_sum(buf)
-        total = float(buf[-1])
-        if total > 0:
-            vector_to_parameters(buf[:-1] / total, params)
+        total = float(buf[-2])
+        if total <= 0:
+            # Nobody in the group holds the run's model: averaging would keep every rank's own.
+            raise CommError("no member of the group holds the run's model (every weight was 0)")
+        vector_to_parameters(buf[:-2] / total, params)
+        return int(round(float(buf[-1])))
 
 
-def all_reduce(comm: Communicator | None, params: list[Any], steps: int) -> str | None:
-    """The work-weighted all-reduce, or nothing without parameters or a group; the error, if any."""
+def all_reduce(comm: Communicator | None, params: list[Any], weight: int,
+               steps: int = 0) -> tuple[str | None, int | None]:
+    """The work-weighted all-reduce, or nothing without parameters or a group: the error, if any, and
+    the steps the average covered (None when no collective ran)."""
     if not params or comm is None:
-        return None
+        return None, None
     try:
-        weighted_average(comm, params, steps)
+        return None, weighted_average(comm, params, weight, steps)
     except CommError as exc:
-        return str(exc)
-    return None
+        return str(exc), None
 
 
 def form_group(comm: Communicator | None, session: NewNcclSession) -> str | None:
@@ -96,7 +101,8 @@ def carry_out(effect: _rank.Effect, protocol: _rank.RankProtocol, comm: Communic
     to its result comes back.  None for the effects the driver carries out itself (``Send``,
     ``Log``, ``Ended``, ``RunEpochFn``): how it talks and leaves is its own."""
     if isinstance(effect, _rank.AllReduce):
-        return protocol.sync_done(effect.cycle, all_reduce(comm, parameters(), effect.steps), now())
+        error, covered = all_reduce(comm, parameters(), effect.weight, effect.steps)
+        return protocol.sync_done(effect.cycle, error, now(), covered)
     if isinstance(effect, _rank.FormGroup):
         return protocol.group_formed(effect.session.attempt, form_group(comm, effect.session), now())
     if isinstance(effect, _rank.MakeGroupId):

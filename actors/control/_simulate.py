@@ -21,7 +21,14 @@ After every step the invariants are checked:
   coordinator's tick);
 * a rank that left cleanly (``Exiting``) is never counted as a failure;
 * no message a live rank sends is refused as out of phase (``stopping`` aside);
-* no coordinator handler raises.
+* no coordinator handler raises;
+* the model (see :class:`SimModel`): every rank trains from the run's one initial model (a rank's
+  own initialisation is never trained on, nor averaged in); every rank that finishes holds the same
+  parameters; each announced global step equals the steps that the reduce before it covered, and
+  the last one the steps the final model holds; every sample of every epoch is in the final model
+  exactly once, except what a rank trained after its last completed sync and then took to its
+  death: the rest of its epoch (from that sync on) is handed to the survivors, so only samples of
+  an epoch that had already ended when it died are lost with it (``lost_with_dead``).
 
 ``actorwire simulate --seeds N`` runs seeds 0..N-1; a failing seed prints the
 one command that replays it (``actorwire simulate --seed S``), which is exact:
@@ -30,6 +37,7 @@ the same seed gives the same run, message for message.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import functools
 import heapq
@@ -59,6 +67,45 @@ MORE_FAULTS = ("partition_short", "partition_long", "kill_coordinator")
 JOIN_GIVE_UP = 10.0  # a rank whose join is never answered gives up after this (its join timeout)
 #: Every rank has left this long after the coordinator died: a hang, a stop, a join's timeout.
 COORDINATOR_LOSS_BOUND = 40.0
+
+
+PARAMS = 4  # the simulated model's parameter count
+
+
+@dataclasses.dataclass
+class SimModel:
+    """A rank's model: a parameter vector and what it is made of.
+
+    ``params`` move by each batch, deterministically from the epoch and the sample indices, and are
+    averaged at each sync by the weights the real all-reduce uses (``reduce_weight``).  The history
+    says what they hold: ``origin`` (which initialisation), ``base`` (the samples, by epoch, and the
+    steps that the last reduce or the initial model brought) and ``delta`` (what this rank trained
+    since).  The simulator compares histories where the real code could only compare bits.
+    """
+
+    params: list[float]
+    origin: frozenset[int]
+    base: collections.Counter[tuple[int, int]] = dataclasses.field(default_factory=collections.Counter)
+    base_steps: int = 0
+    delta: collections.Counter[tuple[int, int]] = dataclasses.field(default_factory=collections.Counter)
+    delta_steps: int = 0
+
+    @classmethod
+    def initial(cls, origin: int) -> SimModel:
+        return cls([origin + 0.25 * j for j in range(PARAMS)], frozenset({origin}))
+
+    def train(self, epoch: int, indices: range) -> None:
+        for i in indices:
+            for j in range(PARAMS):
+                self.params[j] -= 0.01 * (((i * 31 + j * 17 + epoch * 7) % 13) - 6)
+            self.delta[(epoch, i)] += 1
+        self.delta_steps += 1
+
+    def history(self) -> tuple[frozenset[int], collections.Counter[tuple[int, int]], int]:
+        return self.origin, self.base, self.base_steps
+
+    def holds(self) -> collections.Counter[tuple[int, int]]:
+        return self.base + self.delta
 
 
 class InvariantBroken(ActorwireError, AssertionError):
@@ -105,6 +152,8 @@ class _Group:
         self.formed = False
         self.broken = False
         self.reduce: dict[int, set[int]] = {}  # cycle -> positions that entered it
+        self.weights: dict[int, dict[int, float]] = {}  # cycle -> position -> its weight in the reduce
+        self.covered = 0  # the steps the last completed reduce averaged (its members' since their last)
 
 
 class SimRank:
@@ -134,6 +183,10 @@ class SimRank:
         self.backlog: list[m.Message] = []
         self.trained: dict[int, set[int]] = {}  # epoch -> samples
         self.ended_at: float | None = None  # when its process ended
+        #: Every process starts from an initialisation of its own (as ranks seeded differently do).
+        self.model = SimModel.initial(next(sim.origins))
+        #: What it brought to the last completed reduce, until the coordinator counts its ack.
+        self.unacked: collections.Counter[tuple[int, int]] = collections.Counter()
 
     # -- plumbing -------------------------------------------------------------------
 
@@ -166,7 +219,7 @@ class SimRank:
             if isinstance(effect, _rank.Send):
                 self.send(effect.message)
             elif isinstance(effect, _rank.AllReduce):
-                self.enter_reduce(effect.cycle)
+                self.enter_reduce(effect.cycle, effect.weight)
             elif isinstance(effect, _rank.FormGroup):
                 self.join_group(effect.session)
             elif isinstance(effect, _rank.MakeGroupId):
@@ -178,9 +231,9 @@ class SimRank:
             elif isinstance(effect, _rank.SaveCheckpoint):
                 self.later(0.02, functools.partial(self._checkpointed, effect.request))
             elif isinstance(effect, _rank.Ended):
-                if not effect.coordinator_gone:
+                if not effect.failed:
                     self.run(p.exiting())
-                self.sim.process_exit(self, 0)
+                self.sim.process_exit(self, 1 if effect.failed else 0)
 
     def _id_made(self, attempt: int) -> None:
         self.run(self.protocol.group_id_made(attempt, f"g{next(self.sim.uids)}".encode(), None))
@@ -226,7 +279,7 @@ class SimRank:
         if self.sim.now < self.paused_until:
             self.sim.at(self.paused_until, lambda: self.receive(message))
             return
-        if self.blocked:
+        if self.blocked or self.busy:  # served between two batches, as the real drivers do
             self.backlog.append(message)
             return
         if self.declared_down:
@@ -252,7 +305,11 @@ class SimRank:
 
     def unblock(self) -> None:
         self.blocked = False
-        while self.backlog and not self.blocked:  # in order; a call that blocks again keeps the rest
+        self.serve_backlog()
+
+    def serve_backlog(self) -> None:
+        self.backlog = _rank.current(self.backlog)
+        while self.backlog and not self.blocked and not self.busy:  # in order; a call that blocks keeps the rest
             self.receive(self.backlog.pop(0))
         self.next_batch()
 
@@ -276,17 +333,18 @@ class SimRank:
 
         def done() -> None:
             self.busy = False
-            if p.current is not plan:
-                return
-            self.trained.setdefault(plan.epoch, set()).update(indices)
-            self.run(p.batch_done(self.sim.now, self.batch_s * 1000, 0.5))
-            self.next_batch()
+            if p.current is plan:
+                self.trained.setdefault(plan.epoch, set()).update(indices)
+                self.sim.trains_from(self)
+                self.model.train(plan.epoch, indices)
+                self.run(p.batch_done(self.sim.now, self.batch_s * 1000, 0.5))
+            self.serve_backlog()
 
         self.later(self.batch_s * self.sim.slowness(self), done)
 
     # -- the all-reduce and group formation -----------------------------------------
 
-    def enter_reduce(self, cycle: int) -> None:
+    def enter_reduce(self, cycle: int, weight: float) -> None:
         group = self.group
         if group is None or not group.formed or group.broken:
             self.fail_reduce(cycle)
@@ -295,11 +353,13 @@ class SimRank:
         self.block()
         entered = group.reduce.setdefault(cycle, set())
         entered.add(self.position)
+        group.weights.setdefault(cycle, {})[self.position] = weight
         if len(entered) == group.world:
+            self.sim.reduced(group, cycle)
             for member in list(group.members.values()):
                 if member.syncing == cycle:
                     member.syncing = None
-                    member.later(0.005, functools.partial(member.finish_reduce, cycle))
+                    member.later(0.005, functools.partial(member.finish_reduce, cycle, group.covered))
             return
 
         def timeout() -> None:  # a member never came (stopped, or it left the group): gloo gives up
@@ -309,8 +369,11 @@ class SimRank:
 
         self.later(FORMATION_TIMEOUT, timeout)
 
-    def finish_reduce(self, cycle: int) -> None:
-        self.run(self.protocol.sync_done(cycle, None, self.sim.now))
+    def finish_reduce(self, cycle: int, covered: int) -> None:
+        if covered < 0:
+            self.run(self.protocol.sync_done(cycle, "no member holds the run's model", self.sim.now))
+        else:
+            self.run(self.protocol.sync_done(cycle, None, self.sim.now, covered))
         self.unblock()
 
     def fail_reduce(self, cycle: int) -> None:
@@ -337,7 +400,10 @@ class SimRank:
         group.members[session.new_rank] = self
         self.forming = (group, self.sim.now + FORMATION_TIMEOUT, session.attempt)
         self.block()
-        if len(group.members) == group.world and all(r.alive for r in group.members.values()):
+        # Formed once every member is in it at once: one that gave up on it (its formation timed out,
+        # it moved to a newer group) left it for good, and a late member then waits in vain.
+        if len(group.members) == group.world and all(
+                r.alive and r.forming is not None and r.forming[0] is group for r in group.members.values()):
             group.formed = True
             for member in group.members.values():
                 member.formed(group)
@@ -360,7 +426,7 @@ class SimRank:
         def resume() -> None:  # the group's init returns: the protocol hears it first, then the inbox
             self.blocked = False
             self.run(self.protocol.group_formed(attempt, None, self.sim.now))
-            self.unblock()
+            self.serve_backlog()  # unless what it did blocks again (an all-reduce it had put off)
 
         self.later(0.0, resume)
 
@@ -399,6 +465,10 @@ class Simulation:
         self._links: dict[tuple[str, str], float] = {}
         self.uids = itertools.count(1)
         self.groups: dict[bytes, _Group] = {}
+        self.origins = itertools.count()
+        self.trained_origin: frozenset[int] | None = None  # the one initial model every rank trains from
+        self.reduced_steps = 0  # the steps the last completed reduce's model holds
+        self.last_batch_at = 0.0
         self.ranks = [SimRank(self, r, rng.uniform(0.002, 0.02)) for r in range(self.world)]
         self.incarnations = list(self.ranks)  # every process a rank ran as, restarts included
         self.faults = faults if faults is not None else self._schedule()
@@ -571,6 +641,48 @@ class Simulation:
             self.died_at.setdefault(rank.rank, self.now - RUNTIME_STALENESS)
             self._coordinator(lambda: self.harness.down(rank.name, m.DownReason.UNREACHABLE, "no heartbeat"))
 
+    # -- the model -----------------------------------------------------------------------
+
+    def trains_from(self, rank: SimRank) -> None:
+        """``rank`` trains a batch: on the run's one initial model, never on an initialisation of its own."""
+        origin = rank.model.origin
+        self.last_batch_at = self.now
+        if self.trained_origin is None:
+            self.trained_origin = origin
+        elif origin != self.trained_origin:
+            self._fail(f"rank {rank.rank} trains from initialisation {sorted(origin)}, not the run's "
+                       f"{sorted(self.trained_origin)}: it never took the current model from a peer")
+
+    def reduced(self, group: _Group, cycle: int) -> None:
+        """Every member entered the all-reduce of ``cycle``: each now holds the same model, the average
+        of the members' by their weights (``reduce_weight``); a weight of 0 takes the others' average."""
+        weights = group.weights.get(cycle, {})
+        members = sorted(group.members.items())
+        group.covered = sum(r.protocol.steps_since_sync for _, r in members)
+        weighted = [(weights.get(pos, 0.0), r) for pos, r in members if weights.get(pos, 0.0) > 0]
+        if not weighted:
+            group.covered = -1  # the real reduce raises: nobody holds the run's model
+            return
+        first = weighted[0][1].model
+        for _, r in weighted[1:]:
+            if r.model.origin != first.origin:
+                self._fail(f"cycle {cycle}: rank {r.rank}'s initialisation {sorted(r.model.origin)} was averaged "
+                           f"with initialisation {sorted(first.origin)}")
+            if (r.model.base, r.model.base_steps) != (first.base, first.base_steps):
+                self._fail(f"cycle {cycle}: ranks {weighted[0][1].rank} and {r.rank} averaged models that had "
+                           f"not come from the same reduce")
+        total = sum(w for w, _ in weighted)
+        params = [sum(w * r.model.params[j] for w, r in weighted) / total for j in range(PARAMS)]
+        base = first.base.copy()
+        steps = first.base_steps
+        for _, r in weighted:
+            base.update(r.model.delta)
+            steps += r.model.delta_steps
+            r.unacked = r.model.delta.copy()
+        for _, r in members:
+            r.model = SimModel(list(params), first.origin, base.copy(), steps)
+        self.reduced_steps = steps
+
     # -- events and the network ------------------------------------------------------
 
     def at(self, when: float, action: Callable[[], None]) -> None:
@@ -593,8 +705,20 @@ class Simulation:
             if isinstance(message, m.JoinRequest):
                 self.after(JOIN_GIVE_UP, functools.partial(self.process_exit, rank, 1))
             return
+        # Behind a cut link a message waits in the sender's process (ZeroMQ queues it there): a
+        # process killed meanwhile takes it along.
+        held = self.now < self.partitioned.get(rank.rank, 0.0)
         self.at(self._delay((rank.name, COORD), rank.rank), lambda: self._coordinator(
-            lambda: self.harness.deliver(message, sender=sender, correlation_id=corr)))
+            functools.partial(self._deliver, rank, message, sender, corr, held)))
+
+    def _deliver(self, rank: SimRank, message: m.Message, sender: str, corr: int, held: bool) -> list[Any]:
+        if held and rank.state == "dead":
+            return []
+        sent = self.harness.deliver(message, sender=sender, correlation_id=corr)
+        state = self.coordinator.ranks.get(rank.rank)
+        if isinstance(message, m.SyncAck) and state is not None and state.alive and state.name == rank.name:
+            rank.unacked.clear()  # counted: the coordinator knows its work is in the model
+        return sent
 
     def _coordinator(self, step: Callable[[], list[Any]]) -> None:
         if self.harness.ctx.stopped or self.coordinator_died is not None:
@@ -627,6 +751,8 @@ class Simulation:
             return
         if isinstance(message, (m.Shutdown, m.ShutdownWithSave)):
             self.told_end.add(id(rank))
+        if isinstance(message, m.SetGlobalStep) and message.global_step != self.reduced_steps:
+            self._fail(f"SetGlobalStep({message.global_step}) after a reduce that covered {self.reduced_steps} steps")
         self.messages += 1
         self.at(self._delay((COORD, rank.name), rank.rank), lambda: rank.receive(message))
 
@@ -719,6 +845,50 @@ class Simulation:
                     if a & b:
                         self._fail(f"epoch {epoch}: two live ranks trained sample {min(a & b)}")
 
+    def finishers(self) -> list[SimRank]:
+        """The ranks that end the run: told that it ended, counted in it, and gone with status 0."""
+        c = self.coordinator
+        return [r for r in self.ranks if r.state == "exited" and id(r) in self.told_end
+                and (state := c.ranks.get(r.rank)) is not None and state.alive and state.name == r.name]
+
+    def _check_model(self) -> None:
+        """At the end of a run that trained every epoch: one model on every rank, holding every sample of
+        every epoch once (but those lost with a dead rank, see the module doc), and the last global step."""
+        finishers = self.finishers()
+        if not finishers:
+            if not self.faults:
+                self._fail("the run ended cleanly and no rank finished it")
+            return  # the last ranks were lost after the last epoch, before they left: nothing to compare
+        model = finishers[0].model
+        for r in finishers[1:]:
+            if r.model.params != model.params:
+                self._fail(f"ranks {finishers[0].rank} and {r.rank} finished with different parameters "
+                           f"({model.params} and {r.model.params}; unsynced steps "
+                           f"{finishers[0].model.delta_steps} and {r.model.delta_steps})")
+        holds = model.holds()
+        final = {id(r) for r in finishers}
+        lost: collections.Counter[tuple[int, int]] = collections.Counter()
+        # Declared dead after a reduce took its work and before its ack was counted: the coordinator
+        # hands what it trained since its previous sync to the survivors, so that part may be in the
+        # model twice (never lost).
+        twice: collections.Counter[tuple[int, int]] = collections.Counter()
+        for r in self.incarnations:
+            if id(r) not in final:
+                lost.update(r.model.delta)
+                twice.update(r.unacked)
+        for metrics in self.coordinator.history:
+            epoch = metrics.epoch
+            for i in range(self.dataset):
+                n = holds[(epoch, i)]
+                if n > 1 + twice[(epoch, i)]:
+                    self._fail(f"sample {i} of epoch {epoch} is in the final model {n} times")
+                if n == 0 and not lost[(epoch, i)]:
+                    self._fail(f"sample {i} of epoch {epoch} is not in the final model, and no rank that died "
+                               f"held it unsynced")
+        steps = model.base_steps + model.delta_steps
+        if self.coordinator.global_step != steps:
+            self._fail(f"the last global step is {self.coordinator.global_step}; the final model holds {steps} steps")
+
     def _check_end(self) -> None:
         c = self.coordinator
         if self.coordinator_died is not None:
@@ -736,10 +906,12 @@ class Simulation:
         self._check_epochs()
         if self.backend == "nccl" and isinstance(self.ended, m.Shutdown):
             started = next((t for t, msg in self.sunk if isinstance(msg, m.StartEpoch)), None)
-            lost_running = started is not None and any(t > started for t in self._deaths)
+            lost_running = started is not None and any(started < t < self.last_batch_at for t in self._deaths)
             live = [r for r in c.ranks.values() if r.alive]
             if lost_running and len(live) < 2:
                 self._fail("an NCCL run went on with one survivor after a death (it must save: single_survivor)")
+        if isinstance(self.ended, m.Shutdown):
+            self._check_model()
         for r in self.ranks:
             state = c.ranks.get(r.rank)
             believed = state is not None and state.alive and not state.exited  # a dead one hears silence

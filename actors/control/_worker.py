@@ -151,16 +151,28 @@ class Worker:
 
     # -- the loop ---------------------------------------------------------------
 
+    @property
+    def failure(self) -> str | None:
+        """Why the run ended for this rank without it finishing (it was evicted, or the coordinator is
+        gone), or None.  ``next_plan()`` raises :class:`WorkerError` with it."""
+        return self.protocol.failure
+
     def next_plan(self, timeout: float | None = None) -> Plan | None:
-        """The next epoch's plan, or None once the run is over.  Keeps serving control while it waits."""
+        """The next epoch's plan, or None once the run is over.  Keeps serving control while it waits.
+
+        Raises :class:`WorkerError` when the run ended for this rank without it finishing: it was
+        evicted (counted dead after a stop, its share given to the others) or the coordinator is
+        gone.  Its model is then not the run's result: do not save it as one."""
         deadline = None if timeout is None else time.monotonic() + timeout
         p = self.protocol
-        while not p.plans:
+        while not p.plans or not p.in_sync:
+            if p.failure is not None:
+                raise WorkerError(p.failure)
             if p.ended is not None:
                 return None
             wait = 0.2 if deadline is None else min(0.2, max(0.0, deadline - time.monotonic()))
             self._pump(wait)
-            if deadline is not None and time.monotonic() >= deadline and not p.plans:
+            if deadline is not None and time.monotonic() >= deadline and not (p.plans and p.in_sync):
                 return None
         self._run(p.start_plan(time.monotonic()))
         return p.current
@@ -305,7 +317,14 @@ class Worker:
                 self.log.warning("coordinator gone; Exiting not delivered")
 
     def finish(self) -> None:
-        """Leave cleanly: send ``Exiting`` and close."""
+        """Leave cleanly: send ``Exiting`` and close.
+
+        Raises :class:`WorkerError` instead when the run ended for this rank without it finishing
+        (``failure``: evicted, or the coordinator gone), whatever the loop did before (a loop that
+        leaves on ``shutting_down`` never calls ``next_plan()`` again): such a rank must not exit
+        like one that finished, with its stale model as the result."""
+        if self.protocol.failure is not None:
+            raise WorkerError(self.protocol.failure)
         self.report_exiting()
         self._finished = True
         self.close()
@@ -351,16 +370,23 @@ class Worker:
         """Serve every control message waiting (waiting up to ``wait`` s for the first one); while
         the protocol waits for a new group after a failed all-reduce, keep serving until it is in."""
         p = self.protocol
-        item = self.inbox.get(timeout=wait) if wait > 0 else self.inbox.poll()
-        while item is not None:
-            self._run(self._receive(item))
-            item = self.inbox.poll()
+        first = self.inbox.get(timeout=wait) if wait > 0 else self.inbox.poll()
+        self._serve(first)
         while p.regrouping:  # the training thread waits here, as it would inside the collective
-            item = self.inbox.get(timeout=0.2)
-            if item is not None:
-                self._run(self._receive(item))
+            self._serve(self.inbox.get(timeout=0.2))
             self._run(p.tick(time.monotonic()))
         self._run(p.tick(time.monotonic()))
+
+    def _serve(self, first: Any) -> None:
+        """Serve ``first`` and all that is queued behind it, but for what a newer group supersedes
+        (``_rank.current``); what comes while the effects run (a formation blocks) is served next."""
+        while first is not None:
+            items = [first]
+            while (item := self.inbox.poll()) is not None:
+                items.append(item)
+            for item in _rank.current(items, lambda item: item.message):
+                self._run(self._receive(item))
+            first = self.inbox.poll()
 
     def _receive(self, item: Any) -> list[Effect]:
         if isinstance(self.protocol, RecordedProtocol):

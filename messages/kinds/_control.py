@@ -47,9 +47,15 @@ class Update(Message, frozen=True, tag="update"):
 
 
 class SyncNow(Message, frozen=True, tag="sync_now"):
-    """Run the work-weighted all-reduce now, then answer ``SyncAck``."""
+    """Run the work-weighted all-reduce now, then answer ``SyncAck``.
+
+    ``source``: no rank in the run holds the run's model yet (the first sync): this rank's
+    initialisation becomes it; every other rank that has not been in a completed sync weighs 0 and
+    takes the average, so every rank trains from the same parameters.
+    """
 
     cycle: Count = 0
+    source: Count | None = None
 
 
 class Throttle(Message, frozen=True, tag="throttle"):
@@ -156,6 +162,14 @@ class ShutdownWithSave(Message, frozen=True, tag="shutdown_with_save"):
     detail: str = ""
 
 
+class Evicted(Message, frozen=True, tag="evicted"):
+    """You were counted dead (stopped or cut off past the runtime's timeout) and your share went to
+    the others: leave without a result.  Your model is not the run's; the run goes on without you."""
+
+    #: One line for people: when and why the rank was counted dead.
+    detail: str = ""
+
+
 class CoordHeartbeat(Message, frozen=True, tag="coord_heartbeat"):
     """Coordinator liveness beacon (about once a second)."""
 
@@ -211,17 +225,21 @@ class BatchTrained(Message, frozen=True, tag="batch_trained"):
 
 
 class AllReduceParams(Message, frozen=True, tag="all_reduce_params"):
-    """Average the parameters over the group, weighed by ``steps`` (sync ``cycle``)."""
+    """Average the parameters over the group (sync ``cycle``); ``steps``: this rank's steps since its
+    last completed sync, ``weight``: what its parameters weigh (``reduce_weight``)."""
 
     cycle: Count
     steps: Count
+    #: Its weight in the average, when it differs from ``steps`` (a rank taking the others' model: 0).
+    weight: Count | None = None
 
 
 class ParamsReduced(Message, frozen=True, tag="params_reduced"):
-    """Sync ``cycle``'s all-reduce is done, or failed with ``error``."""
+    """Sync ``cycle``'s all-reduce is done, or failed with ``error``; ``covered``: the steps it averaged."""
 
     cycle: Count
     error: str | None = None
+    covered: Count | None = None
 
 
 class JoinGroup(Message, frozen=True, tag="join_group"):
@@ -275,6 +293,7 @@ ControlMsg = Union[
     StageAdvisory,
     Shutdown,
     ShutdownWithSave,
+    Evicted,
     CoordHeartbeat,
     JoinAccepted,
     JoinRejected,

@@ -32,6 +32,11 @@ class SyncAck(Message, frozen=True, tag="sync_ack"):
     divergence: float | None = None
     post_norm: float | None = None
     pre_norm: float | None = None
+    #: The steps the reduce averaged: every member's steps since its last completed sync, summed in
+    #: the same collective (None: no collective ran, e.g. a rank without a group).
+    covered: Count | None = None
+    #: The ``SyncNow.cycle`` this answers (0: not said; taken as the cycle in progress).
+    cycle: Count = 0
 
 
 class Exiting(Message, frozen=True, tag="exiting"):

@@ -23,13 +23,31 @@ def make(world: int = 3, **overrides) -> ActorHarness:
     return h
 
 
-def join_all(h: ActorHarness, world: int = 3) -> list:
+def join_all(h: ActorHarness, world: int = 3, *, seed: bool = True) -> list:
+    """Every rank joins; with ``seed``, the first sync (every rank takes rank 0's model) completes and
+    its messages are taken out of the outbox (``test_the_first_sync_gives_every_rank_one_model``)."""
     out = []
     for rank in range(world):
         reply = h.ask(m.JoinRequest(rank=rank, world_size=world, run_id=RUN, model_signature="sig"),
                       sender=f"worker/{rank}")
         assert reply == m.JoinAccepted(rank=rank, world_size=world)
+    seeding = [s for s in h.outbox if isinstance(s.message, m.SyncNow)]
+    if seed and seeding:  # (with form_group the first sync waits for the group: the test forms it)
+        assert all(s.message.source == 0 for s in seeding)
+        for s in seeding:
+            rank = int(s.target.split("/")[1])
+            h.deliver(m.SyncAck(rank=rank, step_count=0, covered=0, cycle=s.message.cycle), sender=s.target)
+        h.ctx.outbox[:] = [s for s in h.outbox if not isinstance(s.message, (m.SyncNow, m.SetGlobalStep))]
     return out
+
+
+def settle(h: ActorHarness) -> None:
+    """Every rank acks the SyncNow in the outbox with the steps it reported (the outbox is kept)."""
+    for s in [s for s in h.outbox if isinstance(s.message, m.SyncNow)]:
+        rank = int(s.target.split("/")[1])
+        state = h.actor.ranks[rank]
+        if state.alive and h.actor.sync_armed_at is not None and s.message.cycle == h.actor.sync_cycle:
+            h.deliver(m.SyncAck(rank=rank, step_count=state.total_steps, cycle=s.message.cycle), sender=s.target)
 
 
 def sent(h: ActorHarness, kind: type) -> list[tuple[str, m.Message]]:
@@ -125,14 +143,76 @@ def test_sync_now_when_every_rank_did_its_quota_then_global_step() -> None:
     assert sent(h, m.SetGlobalStep) == [(f"worker/{r}", m.SetGlobalStep(global_step=6)) for r in range(3)]
 
 
+def test_batches_reported_between_a_rank_s_ack_and_the_cycle_s_end_wait_for_the_next_sync() -> None:
+    """The cycle's end set every rank's steps since the sync to 0: a rank that acked first and trained
+    on had those batches added to the global step but not counted as waiting, and when they were its
+    last the final sync was skipped (ranks ended with different parameters under a real SLURM)."""
+    h = make(world=2, num_epochs=1, dataset_size=8, sync_every=2, eval_every=0, final_eval=False)
+    join_all(h, world=2)
+    batch(h, 0, 2)
+    batch(h, 1, 2)
+    assert h.actor.sync_armed_at is not None
+    h.deliver(m.SyncAck(rank=0, step_count=2, covered=4, cycle=h.actor.sync_cycle), sender="worker/0")
+    batch(h, 0, 2)  # rank 0 trains its last two batches while rank 1 is still in the reduce
+    h.take()
+    h.deliver(m.SyncAck(rank=1, step_count=2, covered=4, cycle=h.actor.sync_cycle), sender="worker/1")
+    assert sent(h, m.SetGlobalStep) == [(f"worker/{r}", m.SetGlobalStep(global_step=4)) for r in range(2)]
+    assert h.actor.ranks[0].steps_since_sync == 2  # not in the model yet
+    batch(h, 1, 2)
+    for rank in range(2):
+        metrics(h, rank, 0, batches=4)
+    assert h.actor.phase == "running" and [t for t, _ in sent(h, m.SyncNow)] == ["worker/0", "worker/1"]
+    for rank in range(2):
+        h.deliver(m.SyncAck(rank=rank, step_count=4, covered=4, cycle=h.actor.sync_cycle), sender=f"worker/{rank}")
+    assert h.actor.global_step == 8 and h.actor.phase == "stopping"
+
+
+def test_an_ack_says_what_the_reduce_covered_even_for_a_rank_lost_before_its_ack() -> None:
+    """A rank stopped after the reduce took its steps and before its ack arrived is in the model: the
+    reduce's own count (``covered``, summed in the collective) makes the global step, not the acks."""
+    h = make()
+    join_all(h)
+    for rank in range(3):
+        batch(h, rank, 2)
+    cycle = h.actor.sync_cycle
+    h.deliver(m.SyncAck(rank=0, step_count=2, covered=6, cycle=cycle), sender="worker/0")
+    h.deliver(m.SyncAck(rank=2, step_count=2, covered=6, cycle=cycle), sender="worker/2")
+    h.down("worker/1", m.DownReason.UNREACHABLE, "no heartbeat")  # its ack never came
+    (request,) = [s for s in h.take() if isinstance(s.message, m.RequestNewNcclId)]
+    h.deliver(m.NewNcclIdGenerated(rank=int(request.target[-1]), uid=b"u"), sender=request.target)
+    assert h.actor.global_step == 6
+    h.deliver(m.SyncAck(rank=0, step_count=1, covered=6, cycle=cycle - 1), sender="worker/0")  # stale: no change
+    assert h.actor.global_step == 6
+
+
+def test_a_rank_that_rejoins_takes_the_model_before_it_trains() -> None:
+    """Its first sync names no source: it weighs 0 there, and the coordinator arms that sync as soon as
+    the rank is in the run and its group formed, whatever the quotas say."""
+    h = make(num_epochs=3)
+    join_all(h)
+    h.down("worker/1", m.DownReason.DEAD, "status -9")
+    h.ask(m.JoinRequest(rank=1, world_size=3, run_id=RUN, model_signature="sig"), sender="worker/1")
+    assert not h.actor.ranks[1].has_model and h.actor.ranks[0].has_model
+    for rank in (0, 2):  # the survivors finish epoch 0 and the slice of rank 1's rest each was handed
+        h.deliver(m.MetricsMsg(rank=rank, epoch=0, avg_loss=0.5, batches_processed=45, epoch_ms=100.0,
+                               samples_processed=45, share_complete_ms=100.0, extensions=1), sender=f"worker/{rank}")
+    request = [s for s in h.take() if isinstance(s.message, m.RequestNewNcclId)][-1]  # the group for epoch 1
+    h.deliver(m.NewNcclIdGenerated(rank=int(request.target[-1]), uid=b"u"), sender=request.target)
+    syncs = [(s.target, s.message) for s in h.outbox if isinstance(s.message, m.SyncNow)]
+    assert [t for t, _ in syncs] == ["worker/0", "worker/1", "worker/2"] and syncs[0][1].source is None
+    settle(h)
+    assert h.actor.ranks[1].has_model and h.actor.sync_armed_at is None
+
+
 def test_sync_ack_is_not_a_batch() -> None:
     h = make()
     join_all(h)
     for rank in range(3):
         batch(h, rank, 2)
     for rank in range(3):
-        h.deliver(m.SyncAck(rank=rank, step_count=3), sender=f"worker/{rank}")
+        h.deliver(m.SyncAck(rank=rank, step_count=2), sender=f"worker/{rank}")
     assert h.actor.global_step == 6  # acks do not inflate the step (flodl failure mode 13)
+    assert [r.total_steps for r in h.actor.ranks.values()] == [2, 2, 2]
 
 
 def test_adaptive_policy_gives_faster_ranks_more_batches() -> None:
@@ -197,6 +277,8 @@ def test_partition_proportional_to_throughput_once_calibrated() -> None:
     h.take()
     for rank in range(3):
         metrics(h, rank, 0)
+    assert not [s for s in h.outbox if isinstance(s.message, m.StartEpoch)]  # the epoch ends once synced
+    settle(h)
     sizes = [p.partition_size for t, p in sent(h, m.StartEpoch) if t != "main"]
     assert sizes == [45, 23, 22] or sizes == [45, 22, 23]
     assert sum(sizes) == 90
@@ -208,7 +290,11 @@ def test_partition_proportional_to_throughput_once_calibrated() -> None:
 def test_dead_rank_remainder_split_among_survivors() -> None:
     h = make()
     join_all(h)
-    batch(h, 1, 10)
+    batch(h, 0, 2)
+    batch(h, 2, 2)
+    batch(h, 1, 10)  # it acks the sync the quotas armed after 10 batches: those are in the model
+    for rank, steps in ((0, 2), (2, 2), (1, 10)):
+        h.deliver(m.SyncAck(rank=rank, step_count=steps, cycle=h.actor.sync_cycle), sender=f"worker/{rank}")
     h.take()
     h.down("worker/1", m.DownReason.DEAD, "killed")
     out = h.take()
@@ -625,7 +711,11 @@ def test_a_rank_declared_dead_that_speaks_again_is_told_to_leave_once() -> None:
     h.take()
     batch(h, 1)
     batch(h, 1)
-    assert sent(h, m.Shutdown) == [("worker/1", m.Shutdown())]
+    out = h.take()
+    assert [(s.target, s.message) for s in out if isinstance(s.message, m.Evicted)] == [
+        ("worker/1", m.Evicted(detail="rank 1 was counted dead (unreachable: no connection for 1.6 s, in epoch 0) "
+                                      "and its share went to the others; the run goes on without it"))]
+    assert not [s for s in out if isinstance(s.message, m.Shutdown)]  # not the end a finished rank hears
 
 
 def test_a_tick_goes_on_past_a_rank_whose_name_is_already_gone(caplog: pytest.LogCaptureFixture) -> None:
@@ -759,14 +849,16 @@ def test_a_batch_after_every_epoch_was_aggregated_is_refused() -> None:
     join_all(h, world=1)
     batch(h, 0, 2)
     metrics(h, 0, 0, batches=2)
-    assert h.actor.phase == "finishing" and h.actor.sync_armed_at is not None  # the final sync is out
+    assert h.actor.phase == "running" and h.actor.sync_armed_at is not None  # the epoch's last sync is out
+    settle(h)
+    assert h.actor.phase == "stopping" and h.actor.global_step == 2
     h.take()
     before = _state(h)
     assert batch(h, 0, 1) == [] and _state(h) == before
-    assert h.actor.refused == {("batch", "finishing"): 1}
+    assert h.actor.refused == {("batch", "stopping"): 1}
     h.deliver(m.SyncAck(rank=0, step_count=2), sender="worker/0")
-    assert h.actor.phase == "stopping"
-    assert batch(h, 0, 1) == [] and h.actor.refused[("batch", "stopping")] == 1
+    assert h.actor.phase == "stopping" and h.actor.global_step == 2
+    assert batch(h, 0, 1) == [] and h.actor.refused[("batch", "stopping")] == 2
 
 
 def test_the_table_holds_every_move_and_refuses_any_other() -> None:
@@ -825,9 +917,10 @@ def test_a_late_report_of_a_rank_counted_dead_is_refused_quietly() -> None:
     batch(h, 0, 2)  # and rank 1's remainder
     h.deliver(m.MetricsMsg(rank=0, epoch=0, avg_loss=0.5, batches_processed=4, epoch_ms=1.0, samples_processed=4,
                            share_complete_ms=1.0, extensions=1), sender="worker/0")
-    assert h.actor.phase == "finishing"
+    settle(h)
+    assert h.actor.phase == "stopping"
     batch(h, 1, 1)
-    assert h.actor.refused[("batch", "finishing")] == 1 and not h.actor.refused_from_live
+    assert h.actor.refused[("batch", "stopping")] == 1 and not h.actor.refused_from_live
 
 
 # -- status ---------------------------------------------------------------------------------

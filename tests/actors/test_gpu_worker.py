@@ -62,6 +62,10 @@ def test_one_batch_per_handler_so_control_interleaves() -> None:
     h.actor.make_communicator = lambda: None  # type: ignore[method-assign]
     h.start()
     h.deliver(m.StartEpoch(epoch=0, partition_offset=0, partition_size=250), sender="coordinator")
+    assert [type(s.message).__name__ for s in h.deliver(m.Throttle(), sender="worker/0")] == []  # no model yet
+    # The run's first sync gives it the model (no group here: nothing to average); then it trains.
+    out = [s.message for s in h.deliver(m.SyncNow(cycle=1, source=0), sender="coordinator")]
+    assert [type(x).__name__ for x in out] == ["SyncAck", "Throttle"]
     out = [s.message for s in h.deliver(m.Throttle(), sender="worker/0")]
     assert [type(x).__name__ for x in out] == ["Batch", "Throttle"]  # one batch, then the next step queued
     assert [type(x).__name__ for x in (s.message for s in h.deliver(m.SyncNow(cycle=1), sender="coordinator"))] \
@@ -80,6 +84,7 @@ def _joined_worker(**kw: object) -> ActorHarness:
     h.actor.make_communicator = lambda: None  # type: ignore[method-assign]
     h.start()
     h.deliver(m.JoinAccepted(rank=0, world_size=1), sender="coordinator", correlation_id=1, is_reply=True)
+    h.deliver(m.SyncNow(cycle=1, source=0), sender="coordinator")  # the run's first sync: it holds the model
     return h
 
 
@@ -131,16 +136,19 @@ def test_training_steps_and_collectives_run_in_the_adapter_and_control_waits_for
     h.deliver(m.JoinAccepted(rank=0, world_size=1), sender="coordinator", correlation_id=1, is_reply=True)
     h.deliver(m.StartEpoch(epoch=0, partition_offset=0, partition_size=250), sender="coordinator")
     io = "worker/0/io"
+    out = [(s.target, s.message) for s in h.deliver(m.SyncNow(cycle=1, source=0), sender="coordinator")]
+    assert out == [(io, m.AllReduceParams(cycle=1, steps=0, weight=1))]  # the source of the run's model
+    h.deliver(m.ParamsReduced(cycle=1, covered=0), sender=io)
     out = h.deliver(m.Throttle(), sender="worker/0")
     assert [(s.target, s.message) for s in out] == [(io, m.TrainBatch(start=0, stop=100))]
-    assert h.deliver(m.SyncNow(cycle=1), sender="coordinator") == []  # waits for the batch
+    assert h.deliver(m.SyncNow(cycle=2), sender="coordinator") == []  # waits for the batch
     assert h.deliver(m.BatchTrained(start=0, stop=100, loss=0.5, batch_ms=3.0), sender="coordinator") == []
     out = [(s.target, s.message) for s in h.deliver(m.BatchTrained(start=0, stop=100, loss=0.5, batch_ms=3.0),
                                                      sender=io)]
     assert [type(msg).__name__ for _, msg in out] == ["Batch", "Throttle", "AllReduceParams"]
-    assert out[0][1].batch_ms == 3.0 and out[2] == (io, m.AllReduceParams(cycle=1, steps=1))
-    out = [s.message for s in h.deliver(m.ParamsReduced(cycle=1), sender=io)]
-    assert out == [m.SyncAck(rank=0, step_count=1)]
+    assert out[0][1].batch_ms == 3.0 and out[2] == (io, m.AllReduceParams(cycle=2, steps=1, weight=1))
+    out = [s.message for s in h.deliver(m.ParamsReduced(cycle=2, covered=1), sender=io)]
+    assert out == [m.SyncAck(rank=0, step_count=1, covered=1, cycle=2)]
 
 
 def test_a_failed_training_step_is_an_error_naming_the_batch() -> None:

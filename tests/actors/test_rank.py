@@ -107,14 +107,69 @@ def test_an_unchanged_learning_rate_is_not_sent_again() -> None:
     assert [type(x).__name__ for x in _sent(p.batch_done(0.2, 1.0, 0.5, lr=0.1))] == ["Batch"]
 
 
+def _in_sync(p: RankProtocol, now: float = 0.1) -> RankProtocol:
+    """The run's first sync: the rank takes the run's model (weighs 0) before it may train."""
+    (reduce,) = p.receive(m.SyncNow(cycle=1, source=0), now=now)
+    assert reduce == AllReduce(cycle=1, steps=0, weight=0) and not p.can_train
+    p.sync_done(1, None, now, covered=0)
+    assert p.can_train
+    return p
+
+
 def test_a_sync_weighs_the_steps_since_the_last_one_and_acks_with_the_step_count() -> None:
-    p = _joined()
+    p = _in_sync(_joined())
     for t in range(3):
         p.batch_done(t, 1.0, 0.5)
     (reduce,) = p.receive(m.SyncNow(cycle=4), now=3.0)
-    assert reduce == AllReduce(cycle=4, steps=3)
-    assert _sent(p.sync_done(4, None, 3.1)) == [m.SyncAck(rank=1, step_count=3)]
+    assert reduce == AllReduce(cycle=4, steps=3, weight=3)
+    assert _sent(p.sync_done(4, None, 3.1, covered=7)) == [m.SyncAck(rank=1, step_count=3, covered=7, cycle=4)]
     assert p.steps_since_sync == 0
+    (again,) = p.receive(m.SyncNow(cycle=5), now=3.2)
+    assert again == AllReduce(cycle=5, steps=0, weight=1)  # holding the model, it counts even with no step
+
+
+def test_an_evicted_rank_or_one_whose_coordinator_is_gone_ends_as_a_failure() -> None:
+    p = _joined()
+    effects = p.receive(m.Evicted(detail="rank 1 was counted dead"), now=1.0)
+    (ended,) = [e for e in effects if isinstance(e, Ended)]
+    assert ended.failed and p.failure == "rank 1: evicted from the run: rank 1 was counted dead; its model is not the run's result"
+    assert p.exiting() != [] and p.receive(m.Shutdown(), now=2.0) == []  # the first end holds
+    gone = _joined()
+    (ended,) = [e for e in gone.receive(m.Down(name="coordinator", reason=m.DownReason.DEAD), now=1.0)
+                if isinstance(e, Ended)]
+    assert ended.failed and ended.coordinator_gone and "coordinator is down" in (gone.failure or "")
+    finished = _joined()
+    (ended,) = [e for e in finished.receive(m.Shutdown(), now=1.0) if isinstance(e, Ended)]
+    assert not ended.failed and finished.failure is None
+    finished.receive(m.Down(name="coordinator", reason=m.DownReason.EXITED), now=2.0)
+    assert finished.failure is None  # the coordinator leaving after the end is no failure
+
+
+def test_a_rank_blocked_while_groups_formed_serves_only_the_newest_session() -> None:
+    """A rank frozen after its join found one session per attempt queued and joined each in turn,
+    each already given up by the others: the run never finished."""
+    session = [m.NewNcclSession(uid=bytes([i]), new_rank=1, new_world_size=2, attempt=i) for i in range(3)]
+    queued = [session[0], m.SyncNow(cycle=1), m.StartEpoch(epoch=0, partition_offset=0, partition_size=4),
+              session[1], m.SyncNow(cycle=2), session[2], m.SyncNow(cycle=3), m.CoordHeartbeat(seq=1)]
+    assert _rank.current(queued) == [queued[2], session[2], m.SyncNow(cycle=3), m.CoordHeartbeat(seq=1)]
+    assert _rank.current(queued[1:3]) == queued[1:3]  # no session: nothing is superseded
+
+
+def test_a_rank_trains_only_once_it_holds_the_run_s_model() -> None:
+    """Ranks seeded differently started from different models (torch's DDP broadcasts rank 0's at
+    construction), and a rank that rejoined averaged its fresh initialisation into everyone's."""
+    source, other = RankProtocol(0, 2), _joined()
+    source.join_reply(m.JoinAccepted(rank=0, world_size=2), now=0.0)
+    assert not source.can_train and not other.can_train
+    (a,) = source.receive(m.SyncNow(cycle=1, source=0), now=0.1)
+    (b,) = other.receive(m.SyncNow(cycle=1, source=0), now=0.1)
+    assert (a.weight, b.weight) == (1, 0)  # the source's initialisation is the run's model
+    other.sync_done(1, "connection reset", 0.2)  # not in a completed sync: still nothing to train on
+    assert not other.can_train
+    other.group_formed(0, None, 0.3)
+    other.receive(m.SyncNow(cycle=2), now=0.4)
+    other.sync_done(2, None, 0.5, covered=0)
+    assert other.can_train
 
 
 def test_a_failed_all_reduce_is_reported_at_once_and_the_rank_waits_for_the_new_group() -> None:
@@ -132,7 +187,8 @@ def test_a_failed_all_reduce_is_reported_at_once_and_the_rank_waits_for_the_new_
     (form,) = p.receive(m.NewNcclSession(uid=b"b", new_rank=0, new_world_size=1, attempt=3), now=1.9)
     assert isinstance(form, FormGroup) and p.session_attempt == 3
     replayed = p.group_formed(3, None, 2.0)
-    assert not p.regrouping and _kinds(replayed) == ["AllReduce"]
+    # The kept SyncNow was for the group that is gone: the coordinator asks again on the new one.
+    assert not p.regrouping and _kinds(replayed) == []
     assert len(p.plans) == 1 and p.plans[0].extensions == [(4, 4)]
 
 

@@ -19,8 +19,9 @@ def _worker(system: ActorSystem) -> Worker:
     return Worker(system=system, rank=0, world_size=1, model_signature="s", join_timeout=10)
 
 
-def test_a_coordinator_that_goes_away_ends_the_users_loop_cleanly(system: ActorSystem) -> None:
-    """``report_timing`` used to raise ActorDead into the user's training loop."""
+def test_a_coordinator_that_goes_away_ends_the_users_loop_with_an_error(system: ActorSystem) -> None:
+    """``report_timing`` used to raise ActorDead into the user's training loop; and the rank ended as one
+    that finished (``next_plan()`` None, exit 0) with a model that is not the run's."""
     worker = _worker(system)
     plan = worker.next_plan(timeout=10)
     assert plan is not None and plan.epoch == 0
@@ -28,7 +29,29 @@ def test_a_coordinator_that_goes_away_ends_the_users_loop_cleanly(system: ActorS
     worker.report_timing(batch_ms=1.0, batch_loss=0.5)  # no traceback in the user's loop
     assert worker.shutting_down
     worker.report_epoch(plan)  # nor here
-    assert worker.next_plan(timeout=1) is None
+    with pytest.raises(WorkerError, match="^rank 0: coordinator is gone .*its model is not the run's result$"):
+        worker.next_plan(timeout=1)
+    with pytest.raises(WorkerError, match="coordinator is gone"):
+        worker.finish()
+
+
+def test_an_evicted_rank_never_ends_like_a_finished_one(system: ActorSystem) -> None:
+    """A rank stopped past the runtime's timeout and continued is told it is out (``Evicted``): its
+    ``next_plan()`` returned None and ``drain_pending_shutdown()`` None, as at a normal end, and it
+    exited 0 with its stale model."""
+    from actorwire import messages as m
+
+    worker = _worker(system)
+    assert worker.next_plan(timeout=10) is not None
+    # What the coordinator tells a rank it counted dead that speaks again (test_coordinator has that rule).
+    system.tell("worker/0", m.Evicted(detail="rank 0 was counted dead (unreachable: no heartbeat, in epoch 0)"))
+    worker.report_timing(batch_ms=1.0, batch_loss=0.5)
+    assert worker.shutting_down and worker.failure is not None
+    with pytest.raises(WorkerError, match="^rank 0: evicted from the run: rank 0 was counted dead"):
+        worker.next_plan(timeout=1)
+    assert worker.drain_pending_shutdown() is None
+    with pytest.raises(WorkerError, match="evicted"):
+        worker.finish()  # a loop that left on shutting_down learns it here
 
 
 def test_the_users_loop_trains_every_epoch_and_leaves_cleanly(system: ActorSystem) -> None:
