@@ -62,7 +62,7 @@ PUBLIC = {
         "WouldBlock", "attach", "handler", "replay", "EffectsAdapter", "effects_name",
     },
     "actorwire.actors.control": {
-        "Coordinator", "CoordinatorConfig", "GpuWorker", "Plan", "Relay", "Worker", "WorkerError",
+        "Coordinator", "CoordinatorConfig", "GpuWorker", "Plan", "Relay", "RunOutcome", "Worker", "WorkerError",
     },
     "actorwire.actors.weights": {
         "ModelConsumer", "ModuleSource", "ParamMeta", "SyncReport", "WeightConsumer", "WeightPlan",

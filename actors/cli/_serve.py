@@ -2,14 +2,15 @@
 
 ``actorwire coordinator --bind tcp://HOST:PORT --world-size N ...`` starts the
 root of a run on this host with a coordinator actor, prints how workers join,
-prints each epoch's aggregated metrics, and exits when the run ends (0 on a
-clean end, 1 when it ended with a save, a stall or a failure).
+prints each epoch's aggregated metrics, and exits when the run ends with one
+line saying how (``Coordinator.outcome()``): 0 when every epoch was trained,
+whether or not ranks were lost and recovered from; 1 when the run could not
+finish (a save, a stall, too few ranks, SIGTERM).
 """
 
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import signal
 import sys
@@ -86,27 +87,21 @@ def cmd_coordinator(args: argparse.Namespace) -> int:
             elif isinstance(msg, m.ShutdownWithSave):
                 print(f"the run cannot go on ({msg.reason.value}): {msg.detail}", flush=True)
             elif isinstance(msg, m.EpochMetrics):
-                mse = msg.scalars.get("mse", math.nan)
-                print(f"epoch {msg.epoch}: loss {msg.avg_loss:.4f} mse {mse:.4f} {msg.epoch_ms:.0f} ms "
+                # The scalars the workers recorded, by name (a fixed 'mse' column said 'mse nan' for
+                # every script that records none).
+                scalars = "".join(f" {name} {value:.4f}" for name, value in sorted(msg.scalars.items()))
+                print(f"epoch {msg.epoch}: loss {msg.avg_loss:.4f}{scalars} {msg.epoch_ms:.0f} ms "
                       f"samples {msg.per_rank_samples}", flush=True)
             elif isinstance(msg, m.EvalBroadcast):
                 print(f"eval after epoch {msg.epoch}: {msg.metric:.4f}", flush=True)
             elif isinstance(msg, m.Down) and msg.name == "coordinator":
                 break
-    saved = coordinator.saved
     if done.is_set():
         print("run stopped by SIGTERM")
         return 1
-    lost = {**{r.rank: "lost during the run" for r in coordinator.ranks.values() if not r.alive},
-            **coordinator.lost_at_start}
-    if lost:
-        print("ranks lost: " + "; ".join(f"rank {rank} {why}" for rank, why in sorted(lost.items())))
-    if saved is not None:
-        print(f"run ended: saved and shut down ({saved.value})")
-        return 1
-    print(f"run ended: every epoch trained by {len(coordinator.alive())} of {world} ranks" if lost
-          else "run ended cleanly")
-    return 0
+    outcome = coordinator.outcome()
+    print(outcome.line, flush=True)
+    return outcome.exit_code
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]

@@ -14,6 +14,7 @@ Ranks are addressed by the actor name they joined from (``worker/3``).
 from __future__ import annotations
 
 import collections
+import dataclasses
 import functools
 import json
 import pathlib
@@ -155,6 +156,10 @@ class Coordinator(Actor):
         self.reformed_after = -1  # the last attempt whose failure started a new one
         #: Ranks lost before the run started, and how: they are not waited for.
         self.lost_at_start: dict[int, str] = {}
+        #: Ranks lost while the run went on, and how (the last loss of each); and those that rejoined.
+        self.lost_running: dict[int, str] = {}
+        self.rejoined: set[int] = set()
+        self.saved_detail = ""
         #: Ranks that do not hold the run's model yet (joined, not yet in a completed sync).
         self._fresh: set[int] = set()
         #: A sync has completed: the run's model exists, and only ranks in a completed sync hold it.
@@ -330,6 +335,7 @@ class Coordinator(Actor):
         self.lost_at_start.pop(msg.rank, None)  # a new incarnation: what was lost is back
         self._fresh.add(msg.rank)  # it takes the run's model in its first sync, before it trains
         if r.waiting:
+            self.rejoined.add(msg.rank)
             ctx.log.warning("rank rejoined; it gets a share from the next epoch", rank=msg.rank, epoch=self.epoch)
         accepted = JoinAccepted(rank=msg.rank, world_size=self.settings.world_size)
         if ctx.correlation_id:
@@ -494,6 +500,8 @@ class Coordinator(Actor):
         left = remaining_slices(r.slices, synced, self.settings.batch_size)
         remainder = sum(n for _, n in left)
         r.lost_why = f"{why}, in epoch {self.epoch}"
+        self.lost_running[r.rank] = f"lost in epoch {self.epoch} ({why})"
+        self.rejoined.discard(r.rank)
         r.alive = False
         self.failures += 1
         self.sync_acked.discard(r.rank)
@@ -534,6 +542,8 @@ class Coordinator(Actor):
             return SaveReason.MAX_FAILURE_EXCEEDED
         if alive == 0:
             return SaveReason.ALL_RANKS_LOST
+        if alive < self.settings.min_world_size:
+            return SaveReason.TOO_FEW_RANKS  # min_world_size holds for the whole run, not only its start
         if self.settings.backend == "nccl" and alive < 2:
             return SaveReason.SINGLE_SURVIVOR
         return None
@@ -1020,6 +1030,7 @@ class Coordinator(Actor):
         if self.saved is not None or self.phase is Phase.STOPPING:
             return  # never twice, and never after the run ended (a death during the teardown)
         self.saved = reason
+        self.saved_detail = detail
         ctx.log.error("the run cannot go on; saving and shutting down", reason=reason.value, detail=detail)
         if self.settings.save_stem:  # a file: the effects adapter writes it (nothing is written in replay)
             meta = {**self._meta(reason, ctx), "save_detail": detail}
@@ -1031,6 +1042,27 @@ class Coordinator(Actor):
         self._sink(ctx, message)  # the user's view of the run says why it ended
         self._move(Event.CANNOT_GO_ON)
         self.shutdown_at = ctx.now()
+
+    def outcome(self) -> RunOutcome:
+        """How the run ended, for a launcher's last line and exit status (read once the actor stopped)."""
+        c = self.settings
+        trained = len(self.history)
+        complete = self.saved is None and trained == c.num_epochs
+        lost = {**self.lost_at_start, **self.lost_running}
+        finished = sorted(r.rank for r in self.ranks.values() if r.alive and r.exited)
+        losses = "; ".join(f"rank {rank} {why}" + (", rejoined" if rank in self.rejoined else "")
+                           for rank, why in sorted(lost.items()))
+        if complete and not lost:
+            line = (f"run ended cleanly: every epoch trained ({trained}/{c.num_epochs}); "
+                    f"{len(finished)} of {c.world_size} ranks finished with the final model")
+        elif complete:
+            line = (f"run ended: every epoch trained ({trained}/{c.num_epochs}), recovered from {len(lost)} lost "
+                    f"rank(s) ({losses}); {len(finished)} of {c.world_size} ranks finished with the final model")
+        else:
+            why = f"{self.saved.value}: {self.saved_detail}" if self.saved is not None else "it was stopped"
+            line = (f"run did not finish: {trained} of {c.num_epochs} epochs trained ({why})"
+                    + (f"; lost: {losses}" if losses else ""))
+        return RunOutcome(complete=complete, epochs=trained, lost=lost, finished=finished, line=line)
 
     def _meta(self, reason: SaveReason, ctx: Context) -> dict[str, Any]:
         return {
@@ -1048,6 +1080,22 @@ class Coordinator(Actor):
 
     def effects(self, name: str) -> Actor | None:
         return CoordinatorEffects(name) if self.settings.save_stem else None
+
+
+@dataclasses.dataclass(frozen=True)
+class RunOutcome:
+    """How a run ended (``Coordinator.outcome()``): every launch path prints ``line`` and exits
+    ``exit_code``: 0 when every epoch was trained, with or without recovered deaths; 1 otherwise."""
+
+    complete: bool
+    epochs: int
+    lost: dict[int, str]
+    finished: list[int]
+    line: str
+
+    @property
+    def exit_code(self) -> int:
+        return 0 if self.complete else 1
 
 
 class CoordinatorEffects(EffectsAdapter):

@@ -54,12 +54,12 @@ class CoordinatorConfig(msgspec.Struct, frozen=True, kw_only=True):
     exit_grace: float = 30.0
     #: How long to wait for every rank to join; then the run starts with those that did.
     join_timeout: float = 120.0
-    #: The fewest ranks a run starts with.  A rank lost before the start (its process exited
-    #: before it joined, or a joined rank died while others were still joining) leaves the run
-    #: to the others, as a rank lost in epoch 0 would; with fewer than this many left to start,
-    #: the run ends at once with ``ShutdownWithSave(too_few_ranks)``.  The default, 1, is the
-    #: rule a run follows after the start too (it goes on down to one gloo survivor); set it to
-    #: ``world_size`` when a smaller run is worthless to you.
+    #: The fewest ranks a run goes on with, at its start and at any time after.  A rank lost before
+    #: the start (its process exited before it joined, or a joined rank died while others were
+    #: still joining) leaves the run to the others, as a rank lost in epoch 0 would; with fewer than
+    #: this many left, at the start or after a death, the run ends at once with
+    #: ``ShutdownWithSave(too_few_ranks)``.  The default, 1, goes on down to one gloo survivor; set
+    #: it to ``world_size`` when a smaller run is worthless to you.
     min_world_size: int = 1
     #: Actor that receives every EpochMetrics and EvalBroadcast (e.g. the user's inbox).
     metrics_sink: str = ""

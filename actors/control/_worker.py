@@ -21,9 +21,11 @@ death record is written, and the process exits non-zero.
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import pathlib
+import random
 import socket
 import tempfile
 import threading
@@ -99,6 +101,7 @@ class Worker:
         self.checkpoint_fn = checkpoint_fn
         self.epoch_fn = epoch_fn
         self.coordinator_timeout = coordinator_timeout
+        self.dataset_size = dataset_size or 0
         # Recorded like an actor when the system records (actors/control/_rank_record.py).
         self.protocol: Any = recorded(RankProtocol(self.rank, self.world_size, coordinator=coordinator,
                                                    coordinator_timeout=coordinator_timeout,
@@ -177,10 +180,23 @@ class Worker:
         self._run(p.start_plan(time.monotonic()))
         return p.current
 
-    def batches(self, plan: Plan, batch_size: int) -> Iterator[range]:
-        """Index ranges of ``batch_size`` over the plan, then over slices handed over meanwhile."""
+    def batches(self, plan: Plan, batch_size: int, *, shuffle_seed: int | None = None) -> Iterator[Any]:
+        """Index ranges of ``batch_size`` over the plan, then over slices handed over meanwhile.
+
+        With ``shuffle_seed``, each batch is instead a list of sample indices drawn from one
+        permutation of the whole data set per epoch, made from ``(shuffle_seed, plan.epoch)``: the
+        same on every rank (slices are offsets into the data set every rank holds in the same
+        order), so the ranks' shares still cover every sample once, in a new order each epoch.
+        It needs ``Worker(dataset_size=N)``.
+        """
         if batch_size < 1:
             raise InvalidArgument(f"batch_size must be >= 1, got {batch_size}")
+        order = None
+        if shuffle_seed is not None:
+            if not self.dataset_size:
+                raise InvalidArgument("batches(shuffle_seed=...) needs Worker(dataset_size=N): the permutation is "
+                                      "of the whole data set")
+            order = epoch_order(self.dataset_size, shuffle_seed, plan.epoch)
         p = self.protocol
         while p.current is plan and p.ended is None:
             indices = p.take(batch_size)
@@ -189,7 +205,7 @@ class Worker:
                 indices = p.take(batch_size)
                 if indices is None:
                     return
-            yield indices
+            yield indices if order is None else order[indices.start:indices.stop]
 
     def report_timing(self, batch_ms: float, batch_loss: float, *, data_ms: float = 0.0, lr: float | None = None,
                       param_norm: float | None = None) -> None:
@@ -422,6 +438,15 @@ class Worker:
                 getattr(self.log, effect.level)(effect.event, **effect.fields)
             elif isinstance(effect, _rank.Ended):
                 pass  # shutting_down is true now; the user's loop ends at its next next_plan()
+
+
+@functools.lru_cache(maxsize=2)
+def epoch_order(size: int, seed: int, epoch: int) -> list[int]:
+    """The order of the data set's ``size`` samples in ``epoch``: one permutation per (seed, epoch),
+    the same in every process (Python's own generator, seeded from the pair: no torch needed)."""
+    order = list(range(size))
+    random.Random(f"actorwire-shuffle:{seed}:{epoch}").shuffle(order)
+    return order
 
 
 def _model_signature(model: Any) -> str:

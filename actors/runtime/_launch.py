@@ -24,7 +24,7 @@ import msgspec
 
 from actorwire.actors.runtime._actor import Actor
 from actorwire.transport._endpoints import ipc_endpoint, new_node_id
-from actorwire.transport._errors import ConfigError, InvalidArgument, WrongType
+from actorwire.transport._errors import ConfigError, InvalidArgument, JoinRefused, WrongType
 from actorwire.transport._log import get_logger
 from actorwire.transport._settings import Settings, settings
 
@@ -277,4 +277,17 @@ def attach(**overrides: Any) -> Any:
     # A worker may start before its coordinator: it keeps trying (libzmq reconnects with backoff)
     # until ACTORWIRE_JOIN_TIMEOUT, saying so every 10 s; a refused key or run id ends it at once.
     overrides.setdefault("join_timeout", settings().join_timeout)
-    return ActorSystem(run_id=run_id, join=join, rank=rank, proctitle=True, node_id=node_id, **overrides)
+    try:
+        return ActorSystem(run_id=run_id, join=join, rank=rank, proctitle=True, node_id=node_id, **overrides)
+    except JoinRefused as exc:
+        if "wrong run id" not in str(exc):
+            raise
+        # The root never names its id (it is a secret); this process can say which it used and how to
+        # pass the right one (torchrun's default, 'none', was refused with no hint).
+        origin = ("the run_id argument" if run_id != found.run_id else
+                  "ACTORWIRE_RUN_ID" if settings().run_id else
+                  "TORCHELASTIC_RUN_ID" + (", torchrun's default without --rdzv-id" if run_id == "none" else "")
+                  if found.source == "torchrun" else "SLURM_JOB_ID" if found.source == "slurm" else "the environment")
+        raise JoinRefused(f"{exc}: this process used run id {run_id!r} (from {origin}); pass the id the coordinator "
+                          f"printed ('run ID: coordinator listening ...') as ACTORWIRE_RUN_ID=ID, or to torchrun as "
+                          f"--rdzv-id ID") from None

@@ -2,7 +2,7 @@
 # Plain ssh: a coordinator here, one worker per listed host, no launcher at all.
 #   ./ssh.sh host1 host2 host3
 set -euo pipefail
-export TRAIN_SAMPLES=${TRAIN_SAMPLES:-8192}  # the coordinator's dataset and every worker's data
+export TRAIN_SAMPLES=${TRAIN_SAMPLES:-1400}  # the coordinator's dataset and every worker's data
 [ $# -ge 1 ] || { echo "usage: $0 HOST..." >&2; exit 2; }
 HERE=${ACTORWIRE_HOST:-$(hostname -I | awk '{print $1}')}  # the address the hosts reach this one at
 PORT=${ACTORWIRE_PORT:-29555}

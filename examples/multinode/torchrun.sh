@@ -4,7 +4,7 @@
 #   host1$ NODE_RANK=1 MASTER=host0 ./torchrun.sh
 # Keys: run `actorwire keygen keys/` once and copy keys/ to both hosts.
 set -euo pipefail
-export TRAIN_SAMPLES=${TRAIN_SAMPLES:-65536}  # the coordinator's dataset and every worker's data
+export TRAIN_SAMPLES=${TRAIN_SAMPLES:-1400}  # the coordinator's dataset and every worker's data
 : "${MASTER:?set MASTER to the first host}" "${NODE_RANK:?set NODE_RANK}"
 NNODES=${NNODES:-2}
 PER_NODE=${PER_NODE:-4}
@@ -14,7 +14,7 @@ export ACTORWIRE_PORT=${ACTORWIRE_PORT:-29555}
 coord=
 if [ "$NODE_RANK" = 0 ]; then
   actorwire coordinator --bind "tcp://0.0.0.0:$ACTORWIRE_PORT" --run-id "$RUN_ID" \
-    --world-size $((NNODES * PER_NODE)) --dataset-size "$TRAIN_SAMPLES" --epochs 3 &
+    --world-size $((NNODES * PER_NODE)) --dataset-size "$TRAIN_SAMPLES" --epochs "${EPOCHS:-3}" &
   coord=$!
   trap '[ -z "$coord" ] || kill "$coord" 2>/dev/null || true' EXIT
 fi

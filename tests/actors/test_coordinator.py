@@ -939,3 +939,45 @@ def test_status_shows_the_phase_the_epoch_and_every_rank() -> None:
     assert one.ms_per_batch == pytest.approx(20.0) and one.silent_s == pytest.approx(2.0)
     h.deliver(m.Exiting(rank=2), sender="worker/2")
     assert h.actor.status(h.ctx.clock).ranks[2].state == "exited"
+
+
+# -- how a run ends ----------------------------------------------------------------------------
+
+
+def _finish(h: ActorHarness, ranks: list[int]) -> None:
+    for rank in ranks:
+        metrics(h, rank, h.actor.epoch, batches=0)
+    settle(h)
+    for rank in ranks:
+        h.deliver(m.Exiting(rank=rank), sender=f"worker/{rank}")
+
+
+def test_the_outcome_of_a_run_is_one_line_and_an_exit_code() -> None:
+    """After a recovered death the CLI said 'every epoch trained by 0 of 3 ranks' (it counted the ranks
+    in the run after they had all left) and the launch paths disagreed on the exit status."""
+    clean = make(num_epochs=1, eval_every=0, final_eval=False)
+    join_all(clean)
+    _finish(clean, [0, 1, 2])
+    outcome = clean.actor.outcome()
+    assert (outcome.exit_code, outcome.finished) == (0, [0, 1, 2])
+    assert outcome.line == "run ended cleanly: every epoch trained (1/1); 3 of 3 ranks finished with the final model"
+
+    recovered = make(num_epochs=1, eval_every=0, final_eval=False)
+    join_all(recovered)
+    recovered.down("worker/1", m.DownReason.DEAD, "status -9")
+    for rank in (0, 2):
+        recovered.deliver(m.MetricsMsg(rank=rank, epoch=0, avg_loss=0.5, batches_processed=45, epoch_ms=1.0,
+                                       samples_processed=45, share_complete_ms=1.0, extensions=1),
+                          sender=f"worker/{rank}")
+        recovered.deliver(m.Exiting(rank=rank), sender=f"worker/{rank}")
+    outcome = recovered.actor.outcome()
+    assert outcome.exit_code == 0 and outcome.lost == {1: "lost in epoch 0 (dead: status -9)"}
+    assert outcome.line == ("run ended: every epoch trained (1/1), recovered from 1 lost rank(s) (rank 1 lost in "
+                            "epoch 0 (dead: status -9)); 2 of 3 ranks finished with the final model")
+
+    too_few = make(num_epochs=2, min_world_size=3)
+    join_all(too_few)
+    too_few.down("worker/2", m.DownReason.DEAD, "status -9")
+    outcome = too_few.actor.outcome()
+    assert outcome.exit_code == 1 and too_few.actor.saved is m.SaveReason.TOO_FEW_RANKS
+    assert outcome.line.startswith("run did not finish: 0 of 2 epochs trained (too_few_ranks: rank 2 lost in epoch 0")

@@ -114,3 +114,27 @@ def test_a_worker_started_before_its_root_joins_once_the_root_is_up(
         starter.join(10)
         for root in roots:
             root.shutdown()
+
+
+def test_torchrun_s_default_run_id_is_refused_with_what_to_pass(setenv: Callable[[str, str | None], None]) -> None:
+    """A plain ``torchrun train.py`` against ``actorwire coordinator`` was refused with "wrong run id"
+    (torchrun's TORCHELASTIC_RUN_ID is 'none' without --rdzv-id), naming neither id."""
+    import socket
+
+    from actorwire.actors.runtime._launch import attach
+    from actorwire.transport import JoinRefused
+
+    setenv("ACTORWIRE_INSECURE_TCP", "1")
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    for name, value in (("MASTER_ADDR", "127.0.0.1"), ("RANK", "0"), ("WORLD_SIZE", "1"),
+                        ("TORCHELASTIC_RUN_ID", "none"), ("ACTORWIRE_PORT", str(port))):
+        setenv(name, value)
+    with ActorSystem(run_id="the-coordinators-id", bind=f"tcp://127.0.0.1:{port}"):
+        with pytest.raises(JoinRefused) as refused:
+            attach(join_timeout=10)
+    text = str(refused.value)
+    assert "wrong run id: this process used run id 'none' (from TORCHELASTIC_RUN_ID, torchrun's default without " \
+           "--rdzv-id)" in text and "--rdzv-id ID" in text and "ACTORWIRE_RUN_ID=ID" in text
+    assert "the-coordinators-id" not in text  # the root's id is never handed out

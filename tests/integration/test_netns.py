@@ -140,7 +140,7 @@ def test_a_host_cut_off_is_declared_dead_its_share_redistributed_and_the_run_end
     procs: list[subprocess.Popen] = []
     try:
         coord = net.popen("c", [sys.executable, "-m", "actorwire", "coordinator", "--bind", coordinator,
-                                "--world-size", "3", "--dataset-size", "6144", "--epochs", "3", "--run-id", "ns-run",
+                                "--world-size", "3", "--dataset-size", "1400", "--epochs", "3", "--run-id", "ns-run",
                                 "--staleness-timeout", "4", "--join-timeout", "60"],
                           _env(tmp_path / "keys", ACTORWIRE_LOG_LEVEL="WARNING"))
         procs.append(coord)
@@ -149,7 +149,7 @@ def test_a_host_cut_off_is_declared_dead_its_share_redistributed_and_the_run_end
         for rank in range(3):
             procs.append(net.popen(f"w{rank}", [sys.executable, str(TRAIN)], _env(
                 tmp_path / "keys", ACTORWIRE_JOIN=coordinator, ACTORWIRE_RUN_ID="ns-run", ACTORWIRE_RANK=str(rank),
-                ACTORWIRE_WORLD_SIZE="3", TRAIN_SAMPLES="6144")))
+                ACTORWIRE_WORLD_SIZE="3", TRAIN_SAMPLES="1400")))
         out.wait_for("epoch 0:", 90)
         net.cut("w2")  # link down: no exit to detect, only silence
         out.wait_for("run ended", 150)
