@@ -14,7 +14,7 @@ $(VENV)/.installed: pyproject.toml
 	$(call STEP,creating $(VENV) with $(PYTHON),test -x $(PY) || $(PYTHON) -m venv $(VENV))
 	$(call STEP,upgrading pip,$(PY) -m pip install --quiet --upgrade pip)
 	$(call STEP,installing $(TORCH_SPEC) (CPU build: the longest step),$(PY) -m pip install --progress-bar on "$(TORCH_SPEC)")
-	$(call STEP,installing actorwire, its test tools and scikit-learn (for the examples) into $(VENV),$(PY) -m pip install --quiet -e ".[test,examples]")
+	$(call STEP,installing actorwire with its test tools and scikit-learn for the examples into $(VENV),$(PY) -m pip install --quiet -e ".[test,examples]")
 	@touch $@
 	@echo "==> ready: $(VENV)/bin/actorwire (or source $(VENV)/bin/activate)"
 
