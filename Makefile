@@ -4,6 +4,9 @@ VENV   := .venv
 PY     := $(VENV)/bin/python
 # CPU build of torch for the test environment; the GPU machine brings its own.
 TORCH_SPEC ?= torch==2.13.0
+# The package's extras a venv gets: the test tools, and scikit-learn for the examples' data (a variable:
+# a comma written inside a $(call ...) would split its arguments).
+EXTRAS := test,examples
 
 .PHONY: venv lint test test-faults test-gpu demo bench clean
 
@@ -14,7 +17,7 @@ $(VENV)/.installed: pyproject.toml
 	$(call STEP,creating $(VENV) with $(PYTHON),test -x $(PY) || $(PYTHON) -m venv $(VENV))
 	$(call STEP,upgrading pip,$(PY) -m pip install --quiet --upgrade pip)
 	$(call STEP,installing $(TORCH_SPEC) (CPU build: the longest step),$(PY) -m pip install --progress-bar on "$(TORCH_SPEC)")
-	$(call STEP,installing actorwire with its test tools and scikit-learn for the examples into $(VENV),$(PY) -m pip install --quiet -e ".[test,examples]")
+	$(call STEP,installing actorwire with its test tools and scikit-learn for the examples into $(VENV),$(PY) -m pip install --quiet -e ".[$(EXTRAS)]")
 	@touch $@
 	@echo "==> ready: $(VENV)/bin/actorwire (or source $(VENV)/bin/activate)"
 
