@@ -19,7 +19,8 @@ real ranks make.  Inputs and their effects:
 input                      effects
 =========================  ==================================================================
 ``receive(StartEpoch)``     the plan is queued; ``start_plan()`` hands it to the loop
-``receive(SyncNow)``        :class:`AllReduce`, whose result is ``sync_done()``:
+``receive(SyncNow)``        :class:`AllReduce` weighed by :func:`reduce_weight` (0 until the rank
+                            holds the run's model), whose result is ``sync_done()``:
                             :class:`Send` ``SyncAck``, or ``SessionFailed`` and *regrouping*
 ``receive(NewNcclSession)`` :class:`FormGroup`; ``group_formed()``: nothing, or ``SessionFailed``
 ``receive(RequestNewNcclId)`` :class:`MakeGroupId`; ``group_id_made()``: ``NewNcclIdGenerated``
@@ -27,7 +28,8 @@ input                      effects
 ``receive(Checkpoint)``     :class:`SaveCheckpoint`; ``checkpointed()`` sends the result
 ``receive(DeclareDead)``    :class:`AbortGroup`
 ``receive(Shutdown...)``    :class:`Ended`
-``receive(Down)``           :class:`Ended` when the coordinator is down
+``receive(Evicted)``        :class:`Ended` with ``failed`` (``failure`` says why: the rank is out)
+``receive(Down)``           :class:`Ended` with ``failed`` when the coordinator is down
 ``tick()``                  a :class:`Log` warning after ``coordinator_timeout`` of silence
                             (again at each doubling: a busy coordinator is not a dead one;
                             its death is the runtime's ``Down``); the end of a regrouping
