@@ -52,9 +52,16 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.skip(reason=f"needs 2 CUDA devices; {devices} visible"))
 
 
+def pythonpath(*first: str) -> str:
+    """``first``, then this process's PYTHONPATH, with no empty entry: an empty one (what joining an
+    unset PYTHONPATH gives) puts the child's current directory on its path, where a checkout's
+    folder can shadow the installed package."""
+    return os.pathsep.join([*first, *(p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p)])
+
+
 def child_env() -> dict[str, str]:
     """This environment, with tests/ on the path: child processes import tests/_actors and friends."""
-    return {**os.environ, "PYTHONPATH": str(TESTS) + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    return {**os.environ, "PYTHONPATH": pythonpath(str(TESTS))}
 
 
 def wait_until(condition: Callable[[], bool], timeout: float = 30.0) -> None:

@@ -25,7 +25,7 @@ import tempfile
 import time
 
 import pytest
-from conftest import ROOT, TESTS
+from conftest import TESTS, pythonpath
 
 from actorwire import messages as m
 from actorwire.actors import ActorSystem
@@ -96,7 +96,7 @@ def _run(case: Case, tmp: pathlib.Path) -> Result:
             env = {"DEMO_DATASET": "3072", "DEMO_SAVE_STEM": str(tmp / "run"), "ACTORWIRE_WORLD_SIZE": str(WORKERS),
                    "FAULT": case.point if fault else "", "FAULT_RANKS": case.ranks, "FAULT_SIGNAL": case.signal,
                    "FAULT_FILE": str(flag), "DEMO_STEP_MS": "50" if rank == case.slow_rank else "10",
-                   "PYTHONPATH": os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")])}
+                   "PYTHONPATH": pythonpath(str(TESTS))}
             children[rank] = system.launch([sys.executable, SCRIPT], rank=rank, env=env, watcher="coordinator")
             pids[rank] = children[rank].pid
 
@@ -244,8 +244,9 @@ def test_when_the_coordinators_process_is_killed_the_workers_leave_and_nothing_i
 
 
 def _coordinator_killed(tmp_path: pathlib.Path) -> None:
-    env = {**os.environ, "TMPDIR": str(tmp_path), "PYTHONPATH": str(ROOT.parent) + os.pathsep
-           + os.environ.get("PYTHONPATH", ""), "DEMO_STEP_MS": "20"}
+    # The installed package, never the checkout's parent folder: in a clone named actorwire that
+    # folder made the checkout itself importable as actorwire, shadowing the package (no demo started).
+    env = {**os.environ, "TMPDIR": str(tmp_path), "PYTHONPATH": pythonpath(), "DEMO_STEP_MS": "20"}
     demo = subprocess.Popen([sys.executable, "-m", "actorwire", "demo", "--workers", "2", "--epochs", "40"],
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env)
     pids: list[int] = []
