@@ -106,6 +106,14 @@ def _cmd_bench(args: argparse.Namespace) -> int:
         from actorwire.actors.bench import _record as _bench_record
 
         results = _bench_record.run(n=args.messages)
+    elif args.suite == "train":
+        from actorwire.actors.bench import _train as _bench_train
+
+        try:
+            results = _bench_train.run(epochs=args.epochs)
+        except _bench_train.TrainBenchError as exc:
+            print(f"actorwire bench train: {exc}", file=sys.stderr)
+            return 1
     elif args.suite == "bus":
         from actorwire.actors.bench import _bus as _bench_bus
 
@@ -173,7 +181,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(func=_cmd_messages)
 
     p = sub.add_parser("bench", help="measure actorwire against its baseline in one run")
-    p.add_argument("suite", choices=["codec", "bus", "record", "worker", "tensor", "nccl", "scale"], help="which suite to run")
+    p.add_argument("suite", choices=["codec", "bus", "record", "worker", "tensor", "nccl", "scale", "train"],
+                   help="which suite to run")
     p.add_argument("--json", metavar="PATH", help="also write the results as JSON")
     p.add_argument("--kinds", metavar="K1,K2", help="codec: only these message kinds")
     p.add_argument("--workers", type=_positive, default=None, metavar="N",
@@ -184,6 +193,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="bus: messages per throughput case (default 200000)")
     p.add_argument("--asks", type=_positive, default=3000, metavar="N",
                    help="bus: round trips per latency case (default 3000)")
+    p.add_argument("--epochs", type=_positive, default=None, metavar="N",
+                   help="train: epochs of the digits workload (default 20, as examples/digits.py)")
     p.set_defaults(func=_cmd_bench)
 
     from actorwire.actors.cli._log import add_parsers

@@ -1,0 +1,241 @@
+"""``actorwire bench train``: what the control plane costs a trainer, against torch's DDP.
+
+One workload (examples/digits.py: an MLP 64-128-10 on scikit-learn's digits, 1,400 training
+samples, batches of 32, SGD with momentum), three ways, in one run:
+
+* ``train.single``: one process, no actorwire (the accuracy the others are held to);
+* ``train.ddp``: torch's DistributedDataParallel over gloo, ``ranks`` processes, each training its
+  share of one permutation per epoch (what a user would pick instead of actorwire);
+* ``train.actorwire``: a coordinator in this process and ``ranks`` Worker processes, on the
+  coordinator's sync cadence, shuffled the same way.
+
+It prints samples/s per variant and the ratio to DDP's (target: at least DDP's), the final test
+accuracy of each (target: within 1 point of DDP's), and the share of a Worker rank's wall time
+spent inside actorwire calls (``next_plan``, the batch iterator, ``report_timing``,
+``report_epoch``, ``finish``; the all-reduces and the waits for slower ranks run inside them;
+target: at most 2%), and of ``report_timing`` alone.
+It needs a checkout (examples/digits.py) and scikit-learn (``pip install -e '.[examples]'``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pathlib
+import socket
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any
+
+from actorwire.actors.bench._harness import Result
+
+EXAMPLES = pathlib.Path(__file__).resolve().parents[2] / "examples"
+
+
+class TrainBenchError(RuntimeError):
+    """The workload cannot run here (no checkout, no scikit-learn)."""
+
+
+def _digits() -> Any:
+    if not (EXAMPLES / "digits.py").exists():
+        raise TrainBenchError(f"bench train needs a checkout: {EXAMPLES / 'digits.py'} is not there")
+    try:
+        import sklearn  # noqa: F401
+    except ImportError:
+        raise TrainBenchError("bench train needs scikit-learn: pip install -e '.[examples]'") from None
+    sys.path.insert(0, str(EXAMPLES))
+    try:
+        import digits
+    finally:
+        sys.path.remove(str(EXAMPLES))
+    return digits
+
+
+def _port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+# -- the variants' workers (run as ``python -m actorwire.actors.bench._train ROLE ...``) ------------
+
+
+def _ddp_rank(rank: int, world: int, port: int, epochs: int) -> dict[str, Any]:
+    import torch
+    import torch.distributed as dist
+
+    digits = _digits()
+    torch.set_num_threads(1)
+    x, y, x_test, y_test = digits.load()
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    model = torch.nn.parallel.DistributedDataParallel(digits.model(seed=0))
+    opt = digits.optimizer(model)
+    dist.barrier()
+    t0 = time.perf_counter()
+    for epoch in range(epochs):
+        order = torch.randperm(len(x), generator=torch.Generator().manual_seed(digits.SHUFFLE_SEED * 1000 + epoch))
+        mine = order[rank::world]  # DistributedSampler's split
+        for start in range(0, len(mine), digits.BATCH):
+            idx = mine[start:start + digits.BATCH]
+            digits.step(model, opt, x[idx], y[idx])
+    dist.barrier()
+    wall = time.perf_counter() - t0
+    result = {"rank": rank, "wall": wall, "accuracy": digits.accuracy(model.module, x_test, y_test),
+              "params": digits.checksum(model.module)}
+    dist.destroy_process_group()
+    return result
+
+
+def _actorwire_rank() -> dict[str, Any]:
+    import torch
+
+    from actorwire.actors.control import Worker
+    from actorwire.transport.comm import GlooCommunicator
+
+    digits = _digits()
+    torch.set_num_threads(1)
+    x, y, x_test, y_test = digits.load()
+    model = digits.model(seed=0)
+    opt = digits.optimizer(model)
+    inside = reporting = 0.0
+    with Worker(model=model, communicator=GlooCommunicator(timeout_s=30), dataset_size=len(x)) as worker:
+        t0 = time.perf_counter()
+        while True:
+            a = time.perf_counter()
+            plan = worker.next_plan()
+            inside += time.perf_counter() - a
+            if plan is None:
+                break
+            batches = iter(worker.batches(plan, digits.BATCH, shuffle_seed=digits.SHUFFLE_SEED))
+            while True:
+                a = time.perf_counter()
+                idx = next(batches, None)
+                inside += time.perf_counter() - a
+                if idx is None:
+                    break
+                b = time.perf_counter()
+                loss = digits.step(model, opt, x[idx], y[idx])
+                a = time.perf_counter()
+                worker.report_timing(batch_ms=(a - b) * 1000, batch_loss=loss)
+                took = time.perf_counter() - a
+                inside += took
+                reporting += took
+            a = time.perf_counter()
+            worker.report_epoch(plan)
+            inside += time.perf_counter() - a
+        a = time.perf_counter()
+        worker.finish()
+        inside += time.perf_counter() - a
+        wall = time.perf_counter() - t0
+    return {"rank": worker.rank, "wall": wall, "inside": inside, "reporting": reporting, "accuracy": digits.accuracy(model, x_test, y_test),
+            "params": digits.checksum(model)}
+
+
+def _results_of(procs: list[subprocess.Popen[str]], timeout: float) -> list[dict[str, Any]]:
+    out = []
+    for p in procs:
+        stdout, stderr = p.communicate(timeout=timeout)
+        lines = [line for line in stdout.splitlines() if line.startswith("{")]
+        if p.returncode != 0 or not lines:
+            raise TrainBenchError(f"a rank failed (exit {p.returncode}): {stderr.strip().splitlines()[-1:]}")
+        out.append(json.loads(lines[-1]))
+    return out
+
+
+# -- the suite ------------------------------------------------------------------------------
+
+
+def run(ranks: int = 3, epochs: int | None = None, progress: Any = sys.stderr) -> list[Result]:
+    digits = _digits()
+    epochs = epochs or digits.EPOCHS
+    samples = epochs * digits.TRAIN
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "OMP_NUM_THREADS": "1"}
+
+    print(f"bench train: single process, {epochs} epochs", file=progress, flush=True)
+    t0 = time.perf_counter()
+    single_acc = _single(digits, epochs)
+    single_s = samples / (time.perf_counter() - t0)
+
+    print(f"bench train: DDP over gloo, {ranks} ranks", file=progress, flush=True)
+    port = _port()
+    ddp = _results_of([subprocess.Popen([sys.executable, "-m", "actorwire.actors.bench._train", "ddp", str(r),
+                                         str(ranks), str(port), str(epochs)], env=env, stdout=subprocess.PIPE,
+                                        stderr=subprocess.PIPE, text=True) for r in range(ranks)], 600)
+    ddp_s = samples / max(r["wall"] for r in ddp)
+
+    print(f"bench train: actorwire Worker, {ranks} ranks", file=progress, flush=True)
+    ours, outcome = _actorwire(digits, ranks, epochs, env)
+    ours_s = samples / max(r["wall"] for r in ours)
+    if not outcome.complete:
+        raise TrainBenchError(f"the actorwire run did not finish: {outcome.line}")
+    if len({r["params"] for r in ours}) != 1:
+        raise TrainBenchError(f"the actorwire ranks ended with different models: {[r['params'] for r in ours]}")
+    inside = max(r["inside"] / r["wall"] for r in ours) * 100
+    reporting = max(r["reporting"] / r["wall"] for r in ours) * 100
+    acc = min(r["accuracy"] for r in ours) * 100
+    ddp_acc = ddp[0]["accuracy"] * 100
+    return [
+        Result.against("train.single", single_s, "samples/s", ddp_s, "1 process (accuracy "
+                       f"{single_acc * 100:.1f}%)"),
+        Result.against("train.ddp", ddp_s, "samples/s", ddp_s, f"{ranks} ranks, gloo"),
+        Result.against("train.actorwire", ours_s, "samples/s", ddp_s, ">= 1.0x DDP"),
+        Result.against("train.accuracy.ddp", ddp_acc, "%", single_acc * 100, "test accuracy / single"),
+        Result.against("train.accuracy.actorwire", acc, "%", ddp_acc, "within 1 point of DDP"),
+        Result("train.actorwire.inside", inside, "% of wall", note="<= 2% (syncs and waits included)"),
+        Result("train.actorwire.report", reporting, "% of wall", note="report_timing alone"),
+    ]
+
+
+def _single(digits: Any, epochs: int) -> float:
+    import torch
+
+    torch.set_num_threads(1)
+    x, y, x_test, y_test = digits.load()
+    net, g = digits.model(0), torch.Generator().manual_seed(digits.SHUFFLE_SEED)
+    opt = digits.optimizer(net)
+    for _ in range(epochs):
+        order = torch.randperm(len(x), generator=g)
+        for start in range(0, len(x), digits.BATCH):
+            idx = order[start:start + digits.BATCH]
+            digits.step(net, opt, x[idx], y[idx])
+    return float(digits.accuracy(net, x_test, y_test))
+
+
+def _actorwire(digits: Any, ranks: int, epochs: int, env: dict[str, str]) -> tuple[list[dict[str, Any]], Any]:
+    from actorwire.actors.control import Coordinator
+    from actorwire.actors.runtime._system import ActorSystem
+
+    with ActorSystem() as system:
+        coordinator = Coordinator(world_size=ranks, run_id=system.run_id, num_epochs=epochs,
+                                  dataset_size=digits.TRAIN, batch_size=digits.BATCH, form_group=True,
+                                  final_eval=False, eval_every=0, tick_interval=0.5)
+        system.spawn(coordinator, "coordinator")
+        inbox = system.inbox("main")
+        inbox.watch("coordinator")
+        with tempfile.TemporaryDirectory(prefix="aw-bench-train-") as out:
+            children = [system.launch([sys.executable, "-m", "actorwire.actors.bench._train", "actorwire"], rank=r,
+                                      watcher="coordinator",
+                                      env={"ACTORWIRE_WORLD_SIZE": str(ranks), "BENCH_TRAIN_OUT": out,
+                                           "OMP_NUM_THREADS": "1"}) for r in range(ranks)]
+            while (got := inbox.get(timeout=300)) is not None:
+                if type(got.message).__name__ == "Down":
+                    break
+            results = []
+            for rank, child in enumerate(children):
+                code = child.wait(120)
+                found = pathlib.Path(out) / f"{rank}.json"
+                if code != 0 or not found.exists():
+                    raise TrainBenchError(f"actorwire rank {rank} failed (exit {code})")
+                results.append(json.loads(found.read_text()))
+    return results, coordinator.outcome()
+
+
+if __name__ == "__main__":
+    role = sys.argv[1]
+    if role == "ddp":
+        print(json.dumps(_ddp_rank(*(int(a) for a in sys.argv[2:6]))), flush=True)
+    else:
+        mine = _actorwire_rank()
+        (pathlib.Path(os.environ["BENCH_TRAIN_OUT"]) / f"{mine['rank']}.json").write_text(json.dumps(mine))
