@@ -88,6 +88,7 @@ from actorwire.messages import (
 from actorwire.transport import ActorDead, UnknownActor
 
 _RENDEZVOUS_ROUNDS = 3  # times every survivor is asked for a group id before the run gives up
+_CASCADE_S = 5.0  # every rank lost within this long: a launcher stopped them, not deaths of their own
 
 
 def _phased(fn: Callable[[Coordinator, Any, Context], None]) -> Callable[[Coordinator, Any, Context], None]:
@@ -159,6 +160,7 @@ class Coordinator(Actor):
         #: Ranks lost while the run went on, and how (the last loss of each); and those that rejoined.
         self.lost_running: dict[int, str] = {}
         self.rejoined: set[int] = set()
+        self._deaths: list[float] = []  # when each rank was lost while the run went on
         self.saved_detail = ""
         #: Ranks that do not hold the run's model yet (joined, not yet in a completed sync).
         self._fresh: set[int] = set()
@@ -515,10 +517,19 @@ class Coordinator(Actor):
             self._send_eval(ctx, self.settings.num_epochs, final=True)
         if self.settings.backend == "nccl":
             self._tell_all(ctx, DeclareDead(rank=r.rank))
+        self._deaths.append(ctx.now())
         reason = self._unrecoverable()
         if reason is not None:
-            self._save_and_shutdown(ctx, reason, f"rank {r.rank} lost in epoch {self.epoch} ({why}); "
-                                                 f"{len(self.alive())} rank(s) left, {self.failures} lost in all")
+            detail = (f"rank {r.rank} lost in epoch {self.epoch} ({why}); {len(self.alive())} rank(s) left, "
+                      f"{self.failures} lost in all")
+            recent = [t for t in self._deaths if ctx.now() - t <= _CASCADE_S]
+            if reason is SaveReason.ALL_RANKS_LOST and len(recent) >= 2 and len(recent) == len(self.ranks):
+                # Every rank within seconds of the first: not deaths of their own but a launcher that
+                # stops every worker when one dies (torchrun's agent does): no survivor to go on with.
+                detail += (f"; all {len(recent)} ranks were lost within {ctx.now() - recent[0]:.1f} s: the launcher "
+                           f"stopped the survivors (torchrun's agent stops every worker when one dies); for a run "
+                           f"that survives a death, launch with srun, ssh or ActorSystem.launch (docs/multinode.md)")
+            self._save_and_shutdown(ctx, reason, detail)
             return
         survivors = self.alive()
         if remainder and self.phase is Phase.RUNNING and self.epoch >= 0:

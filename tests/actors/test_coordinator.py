@@ -981,3 +981,22 @@ def test_the_outcome_of_a_run_is_one_line_and_an_exit_code() -> None:
     outcome = too_few.actor.outcome()
     assert outcome.exit_code == 1 and too_few.actor.saved is m.SaveReason.TOO_FEW_RANKS
     assert outcome.line.startswith("run did not finish: 0 of 2 epochs trained (too_few_ranks: rank 2 lost in epoch 0")
+
+
+def test_every_rank_lost_at_once_says_the_launcher_stopped_the_survivors() -> None:
+    """Under torchrun one SIGKILL ended the run with 'all_ranks_lost' and nothing said why: torchrun's
+    agent stops every worker of the group when one dies."""
+    h = make()
+    join_all(h)
+    h.down("worker/1", m.DownReason.DEAD, "status -9")
+    h.advance(0.4)
+    h.down("worker/0", m.DownReason.EXITED, "status -15")
+    h.down("worker/2", m.DownReason.EXITED, "status -15")
+    (saved,) = [msg for _, msg in sent(h, m.ShutdownWithSave)][:1]
+    assert saved.reason is m.SaveReason.ALL_RANKS_LOST
+    assert "all 3 ranks were lost within 0.4 s: the launcher stopped the survivors (torchrun's agent" in saved.detail
+    lone = make(world=1)
+    join_all(lone, world=1)
+    lone.down("worker/0", m.DownReason.DEAD, "status -9")
+    (saved,) = [msg for _, msg in sent(lone, m.ShutdownWithSave)][:1]
+    assert "launcher stopped" not in saved.detail  # one rank's own death is just that

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import pathlib
 import shutil
+import signal
 import socket
 import subprocess
 import sys
@@ -154,6 +155,56 @@ def test_the_torchrun_example_trains_one_model_under_torchrun(tmp_path: pathlib.
         result = _run_script(["bash", str(SCRIPTS / "torchrun.sh")], env, tmp_path)
         _ran(result, workers=3, epochs=20)
         trained_one_model(result.stdout, {0, 1, 2})
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+def _descendant(root: int, text: str) -> int | None:
+    """The first process below ``root`` whose command line holds ``text`` (torchrun's workers are in
+    sessions of their own: no process group or session finds them)."""
+    table = [line.split(None, 2) for line in subprocess.run(["ps", "-eo", "pid=,ppid=,args="], capture_output=True,
+                                                             text=True).stdout.splitlines()]
+    children: dict[int, list[tuple[int, str]]] = {}
+    for pid, ppid, *args in table:
+        children.setdefault(int(ppid), []).append((int(pid), args[0] if args else ""))
+    todo = [root]
+    while todo:
+        for pid, args in children.get(todo.pop(), []):
+            if text in args:
+                return pid
+            todo.append(pid)
+    return None
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_a_death_under_torchrun_ends_the_run_with_one_line_saying_why(tmp_path: pathlib.Path) -> None:
+    """torchrun's agent stops every worker when one dies (and with --max-restarts restarts them all):
+    the run ended with all_ranks_lost and nothing said why, or how to get a run that recovers."""
+    scratch = tempfile.mkdtemp(prefix="aw-", dir="/tmp")
+    try:
+        env = _script_env(tmp_path, NODE_RANK="0", NNODES="1", PER_NODE="3", MASTER="127.0.0.1",
+                          MASTER_PORT=str(_port()), RUN_ID="torchrun-kill", TMPDIR=scratch, TRAIN_SAMPLES="1400",
+                          EPOCHS="40")
+        with subprocess.Popen(["bash", str(SCRIPTS / "torchrun.sh")], env=env, cwd=tmp_path, stdout=subprocess.PIPE,
+                              stderr=subprocess.STDOUT, text=True, start_new_session=True) as script:
+            lines = []
+            try:
+                assert script.stdout is not None
+                for line in script.stdout:
+                    lines.append(line)
+                    if line.startswith("epoch 2:"):
+                        victim = _descendant(script.pid, "worker/1")
+                        assert victim, "".join(lines)
+                        os.kill(victim, signal.SIGKILL)
+                code = script.wait(60)
+            finally:
+                if script.poll() is None:
+                    os.killpg(script.pid, signal.SIGKILL)
+        out = "".join(lines)
+        assert code == 1, out[-3000:]
+        assert "the launcher stopped the survivors (torchrun's agent stops every worker when one dies)" in out, out[-3000:]
+        assert "run did not finish" in out
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
 
