@@ -46,8 +46,10 @@ def train() -> int:
             worker.report_epoch(plan)  # actorwire
         # finish() raises if this rank was evicted or lost its coordinator: its model is not the run's.
         worker.finish()  # actorwire
-    print(f"rank {worker.rank} final: test accuracy {digits.accuracy(model, x_test, y_test):.4f} "
-          f"params {digits.checksum(model)}", flush=True)
+    # One write: ranks that share a terminal (or a launcher's pipe) do not cut into each other's line.
+    sys.stdout.write(f"rank {worker.rank} final: test accuracy {digits.accuracy(model, x_test, y_test):.4f} "
+                     f"params {digits.checksum(model)}\n")
+    sys.stdout.flush()
     return 0
 
 

@@ -30,12 +30,13 @@ import time
 from typing import Any
 
 from actorwire.actors.bench._harness import Result
+from actorwire.messages import ActorwireError
 
 EXAMPLES = pathlib.Path(__file__).resolve().parents[2] / "examples"
 
 
-class TrainBenchError(RuntimeError):
-    """The workload cannot run here (no checkout, no scikit-learn)."""
+class TrainBenchError(ActorwireError, RuntimeError):
+    """The workload cannot run here (no checkout, no scikit-learn), or a variant failed."""
 
 
 def _digits() -> Any:

@@ -51,8 +51,10 @@ def main() -> int:
             worker.report_epoch(plan)
         worker.drain_pending_shutdown()
         worker.finish()  # raises if this rank was evicted or lost its coordinator: its model is no result
-    print(f"rank {worker.rank} final: test accuracy {digits.accuracy(model, x_test, y_test):.4f} "
-          f"params {digits.checksum(model)}", flush=True)
+    # One write: ranks that share a terminal (or a launcher's pipe) do not cut into each other's line.
+    sys.stdout.write(f"rank {worker.rank} final: test accuracy {digits.accuracy(model, x_test, y_test):.4f} "
+                     f"params {digits.checksum(model)}\n")
+    sys.stdout.flush()
     print("done", flush=True)
     return 0
 
