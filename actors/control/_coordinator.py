@@ -168,6 +168,10 @@ class Coordinator(Actor):
         self._seeded = False
         self._source: int | None = None  # the rank named to seed the model, until a sync completes
         self._covered: int | None = None
+        #: The ranks of the group session last sent, those that said it failed, and since when.
+        self._session_members: set[int] = set()
+        self._session_failed: set[int] = set()
+        self._session_failed_since: float | None = None
         #: Sync cycles whose reduce is counted in ``global_step`` (by its acks' ``covered``).
         self._counted: set[int] = set()
 
@@ -415,6 +419,7 @@ class Coordinator(Actor):
                 self._tell(ctx, r, CoordHeartbeat(seq=msg.count))
             self._check_silence(ctx, now, self._reachable())
             self._check_rendezvous_timeout(ctx, now)
+            self._maybe_reform(ctx)
             if (self.sync_armed_at is not None and now - self.sync_armed_at > self.settings.reduce_stall_timeout
                     and self.saved is None):
                 waiting = sorted(r.rank for r in self.alive() if r.rank not in self.sync_acked)
@@ -614,12 +619,32 @@ class Coordinator(Actor):
             # Every rank that timed out in one attempt says so: one new attempt answers them all
             # (each used to start its own, and each new store closed the one just announced).
             return
-        self.reformed_after = msg.attempt
+        if msg.attempt == self.session_attempt:
+            self._session_failed.add(msg.rank)
+            if self._session_failed_since is None:
+                self._session_failed_since = ctx.now()
+        self._maybe_reform(ctx, reason=msg.reason, rank=msg.rank)
+
+    def _maybe_reform(self, ctx: Context, *, reason: str = "", rank: int | None = None) -> None:
+        """Form the group again once every live member of the failed attempt has said it failed (or
+        ``rendezvous_timeout`` passed since the first did).  Re-formed at the first report, the
+        members that were still inside the attempt's formation (it blocks until its timeout) joined
+        the next one a timeout late, the early ones timed out of it waiting for them, and so on,
+        for good: a rank frozen for 15 s after its join hung the run (the fault matrix's join-hang
+        case).  Once all have given up, they are all free to join the next at once."""
+        if self._session_failed_since is None:
+            return
         rv = self.rendezvous
         if rv is not None and (generator := self.ranks.get(rv["generator"])) is not None and generator.alive:
             return  # a new group is already being formed (after a death): it answers this report too
-        ctx.log.warning("a rank could not join the new process group; re-forming it", rank=msg.rank,
-                        attempt=msg.attempt, reason=msg.reason)
+        waiting = (self._session_members & self._alive_ids()) - self._session_failed
+        if waiting and ctx.now() - self._session_failed_since < self.settings.rendezvous_timeout:
+            return
+        self.reformed_after = self.session_attempt
+        self._session_failed_since = None
+        ctx.log.warning("ranks could not join the new process group; re-forming it", rank=rank,
+                        attempt=self.session_attempt, reason=reason, failed=sorted(self._session_failed),
+                        not_heard=sorted(waiting))
         self.rendezvous = None
         self._start_rendezvous(ctx, fresh=True)
 
@@ -633,6 +658,9 @@ class Coordinator(Actor):
             return
         survivors = self.alive()  # recomputed: deaths during the wait are folded in
         self.session_attempt += 1
+        self._session_members = {s.rank for s in survivors}
+        self._session_failed = set()
+        self._session_failed_since = None
         for new_rank, s in enumerate(survivors):
             self._tell(ctx, s, NewNcclSession(uid=msg.uid, new_rank=new_rank, new_world_size=len(survivors),
                                             attempt=self.session_attempt))

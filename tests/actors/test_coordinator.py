@@ -763,11 +763,30 @@ def test_a_failed_session_is_formed_again() -> None:
     first = sent(h, m.NewNcclSession)
     assert {s.attempt for _, s in first} == {1}
     h.deliver(m.SessionFailed(rank=2, attempt=1, reason="timeout"), sender="worker/2")
+    h.deliver(m.SessionFailed(rank=0, attempt=1, reason="timeout"), sender="worker/0")
+    # Not yet: rank 1 may still be inside the attempt's formation. Re-formed at the first report, the
+    # ranks still inside it joined the next one a formation timeout late, forever (a rank frozen after
+    # its join hung the run on real processes).
+    assert sent(h, m.RequestNewNcclId) == []
+    h.deliver(m.SessionFailed(rank=1, attempt=1, reason="timeout"), sender="worker/1")
     (again,) = [s for s in h.take() if isinstance(s.message, m.RequestNewNcclId)]
     h.deliver(m.NewNcclIdGenerated(rank=int(again.target[-1]), uid=b"b"), sender=again.target)
     assert {(s.uid, s.attempt) for _, s in sent(h, m.NewNcclSession)} == {(b"b", 2)}
     h.deliver(m.SessionFailed(rank=0, attempt=1, reason="late"), sender="worker/0")  # stale: ignored
     assert sent(h, m.RequestNewNcclId) == []
+
+
+def test_a_member_that_never_reports_its_failed_formation_holds_the_new_one_back_only_so_long() -> None:
+    h = make(form_group=True, rendezvous_timeout=5.0)
+    join_all(h)
+    (request,) = [s for s in h.take() if isinstance(s.message, m.RequestNewNcclId)]
+    h.deliver(m.NewNcclIdGenerated(rank=int(request.target[-1]), uid=b"a"), sender=request.target)
+    h.take()
+    h.deliver(m.SessionFailed(rank=0, attempt=1, reason="timeout"), sender="worker/0")
+    h.advance(4.0)
+    assert sent(h, m.RequestNewNcclId) == []
+    h.advance(2.0)  # rendezvous_timeout since the first report: formed again without rank 1 and 2's word
+    assert len(sent(h, m.RequestNewNcclId)) == 1
 
 
 def test_every_rank_failing_one_attempt_starts_one_new_attempt() -> None:

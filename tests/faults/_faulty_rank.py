@@ -4,8 +4,9 @@ A real signal to a real process, at a moment chosen by code rather than by a tim
 every case of the fault matrix hits the phase it names. The environment says where:
 ``FAULT`` (the point, see ``POINTS``), ``FAULT_RANKS`` (launch ranks, comma-separated, or
 ``any``: whichever rank gets there, for eval and checkpoint, which run on one elected rank),
-``FAULT_SIGNAL`` (``KILL`` or ``STOP``; ``hang_in_sync`` sends none: the training thread sleeps
-``FAULT_HANG_S`` inside its all-reduce while its heartbeats go on) and ``FAULT_FILE`` (where the wall time of the signal is
+``FAULT_SIGNAL`` (``KILL``, ``STOP`` or ``HANG``; ``HANG``, and the point ``hang_in_sync``, send
+none: the training thread sleeps ``FAULT_HANG_S`` there, inside its all-reduce for
+``hang_in_sync``, while its heartbeats go on) and ``FAULT_FILE`` (where the wall time of the signal is
 written, for the detection times; one file per rank, ``<FAULT_FILE>.<rank>``). While
 ``<FAULT_FILE>.hold`` exists, every batch takes 100 ms more: the test holds the run back so that a
 restarted rank's start-up (importing torch) cannot outlast it on a loaded machine.
@@ -52,7 +53,9 @@ def main() -> int:
         with open(path + ".tmp", "w") as f:
             f.write(repr(time.time()))
         os.replace(path + ".tmp", path)  # the test never reads a half-written time
-        if where == "hang_in_sync":
+        if where == "hang_in_sync" or os.environ.get("FAULT_SIGNAL") == "HANG":
+            # The training thread frozen (as ptrace froze it in an outside fault matrix), its
+            # heartbeat and I/O threads running on.
             time.sleep(float(os.environ.get("FAULT_HANG_S", "15")))
             return
         os.kill(os.getpid(), signum)

@@ -58,7 +58,8 @@ class Case:
     def lost(self) -> int:
         if self.signal == "STOP" and self.stop_s < STALENESS:
             return 0
-        if self.point in ("none", "shutdown", "hang_in_sync"):  # no fault; one after the end; no death
+        # No fault; one after the end; a training thread frozen, not dead.
+        if self.point in ("none", "shutdown", "hang_in_sync") or self.signal == "HANG":
             return 0
         return 1 if self.ranks in ("any",) else len(self.ranks.split(","))
 
@@ -177,7 +178,12 @@ def _report(case: Case, result: Result) -> None:
 QUICK = [Case("sync"), Case("formation"), Case("training", signal="STOP", stop_s=6.0)]
 FULL = [Case("startup"), Case("join"), Case("training"), Case("eval", ranks="any"),
         Case("checkpoint", ranks="any"), Case("weights"), Case("shutdown"), Case("training", ranks="1,2"),
-        Case("training", signal="STOP", stop_s=1.0), Case("none", slow_rank=2), Case("hang_in_sync", signal="HANG")]
+        Case("training", signal="STOP", stop_s=1.0), Case("none", slow_rank=2), Case("hang_in_sync", signal="HANG"),
+        # Frozen for 15 s right after its join: it joined one stale group after another and never
+        # caught up; the run hung in 2 of 7 runs of an outside fault matrix. With _rank.current and
+        # the coordinator re-forming only once every member gave up, it finished in 3 of 4 runs here;
+        # the 4th (with a make test beside it) still hung: an open bug, not a flaky test.
+        Case("join", signal="HANG")]
 
 
 def _id(case: Case) -> str:
