@@ -18,9 +18,11 @@ if [ "$NODE_RANK" = 0 ]; then
   coord=$!
   trap '[ -z "$coord" ] || kill "$coord" 2>/dev/null || true' EXIT
 fi
+status=0
 torchrun --nnodes "$NNODES" --nproc-per-node "$PER_NODE" --node-rank "$NODE_RANK" \
   --master-addr "$MASTER" --master-port "${MASTER_PORT:-29500}" --rdzv-id "$RUN_ID" \
-  "$(dirname "$0")/train.py"
-if [ -n "$coord" ]; then  # the run's outcome is the coordinator's
-  wait "$coord"; status=$?; coord=; exit $status
+  "$(dirname "$0")/train.py" || status=$?
+if [ -n "$coord" ]; then  # the run's outcome is the coordinator's: let it say how the run ended
+  status=0; wait "$coord" || status=$?; coord=
 fi
+exit $status
