@@ -60,12 +60,12 @@ def checksum(net: torch.nn.Module) -> str:
     return h.hexdigest()[:16]
 
 
-def single_process() -> float:
+def single_process(epochs: int = EPOCHS) -> float:
     """The same loop in one process, no actorwire: the test accuracy the data-parallel runs are held to."""
     x, y, x_test, y_test = load()
     net, g = model(0), torch.Generator().manual_seed(SHUFFLE_SEED)
     opt = optimizer(net)
-    for _ in range(EPOCHS):
+    for _ in range(epochs):
         order = torch.randperm(TRAIN, generator=g)
         for start in range(0, TRAIN, BATCH):
             idx = order[start:start + BATCH]

@@ -192,16 +192,8 @@ def run(ranks: int = 3, epochs: int | None = None, progress: Any = sys.stderr) -
 def _single(digits: Any, epochs: int) -> float:
     import torch
 
-    torch.set_num_threads(1)
-    x, y, x_test, y_test = digits.load()
-    net, g = digits.model(0), torch.Generator().manual_seed(digits.SHUFFLE_SEED)
-    opt = digits.optimizer(net)
-    for _ in range(epochs):
-        order = torch.randperm(len(x), generator=g)
-        for start in range(0, len(x), digits.BATCH):
-            idx = order[start:start + digits.BATCH]
-            digits.step(net, opt, x[idx], y[idx])
-    return float(digits.accuracy(net, x_test, y_test))
+    torch.set_num_threads(1)  # as every rank of the other variants
+    return float(digits.single_process(epochs))
 
 
 def _actorwire(digits: Any, ranks: int, epochs: int, env: dict[str, str]) -> tuple[list[dict[str, Any]], Any]:
