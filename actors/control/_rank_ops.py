@@ -23,14 +23,18 @@ def weighted_average(comm: Communicator, params: list[Any], weight: int, steps: 
 
     with torch.no_grad():
         flat = parameters_to_vector(params)
+        # Summed in at least float32: in a half-precision buffer the weights and the step count
+        # round (bfloat16 holds integers exactly only up to 256), so the average and the steps it
+        # reports would be off.  float32 holds both exactly up to 2**24.
+        dtype = torch.promote_types(flat.dtype, torch.float32)
         w = float(weight)
-        buf = torch.cat([flat * w, torch.tensor([w, float(steps)], dtype=torch.float64).to(flat)])
+        buf = torch.cat([flat.to(dtype) * w, torch.tensor([w, float(steps)], dtype=dtype, device=flat.device)])
         comm.all_reduce_sum(buf)
         total = float(buf[-2])
         if total <= 0:
             # Nobody in the group holds the run's model: averaging would keep every rank's own.
             raise CommError("no member of the group holds the run's model (every weight was 0)")
-        vector_to_parameters(buf[:-2] / total, params)
+        vector_to_parameters((buf[:-2] / total).to(flat.dtype), params)
         return int(round(float(buf[-1])))
 
 

@@ -1,0 +1,104 @@
+"""The work-weighted all-reduce every rank runs (``_rank_ops.weighted_average``), across real threads."""
+
+from __future__ import annotations
+
+import threading
+from typing import Any
+
+import pytest
+import torch
+
+from actorwire.actors.control._rank_ops import weighted_average
+from actorwire.transport.comm import CommError
+
+
+class _Sum:
+    """A group of ``world`` members in one process: each member's ``all_reduce_sum`` blocks until
+    every member has called it, then every buffer holds the sum (dtype and device as given)."""
+
+    def __init__(self, world: int) -> None:
+        self.barrier = threading.Barrier(world, timeout=30)
+        self.bufs: dict[int, Any] = {}
+        self.lock = threading.Lock()
+
+    def member(self, rank: int) -> Any:
+        group = self
+
+        class _Member:
+            def all_reduce_sum(self, tensor: Any) -> None:
+                with group.lock:
+                    group.bufs[rank] = tensor.clone()
+                group.barrier.wait()
+                total = sum(group.bufs.values())
+                group.barrier.wait()
+                tensor.copy_(total)
+
+        return _Member()
+
+
+def _run(members: list[tuple[torch.nn.Module, int, int]]) -> list[Any]:
+    group = _Sum(len(members))
+    out: list[Any] = [None] * len(members)
+
+    def one(i: int) -> None:
+        model, weight, steps = members[i]
+        try:
+            out[i] = weighted_average(group.member(i), list(model.parameters()), weight, steps)
+        except CommError as exc:
+            out[i] = exc
+
+    threads = [threading.Thread(target=one, args=(i,)) for i in range(len(members))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    return out
+
+
+def _model(value: float, dtype: torch.dtype, device: str = "cpu") -> torch.nn.Module:
+    m = torch.nn.Linear(4, 3).to(device=device, dtype=dtype)
+    with torch.no_grad():
+        for p in m.parameters():
+            p.fill_(value)
+    return m
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64, torch.bfloat16, torch.float16])
+def test_the_average_is_weighted_by_work_and_counts_every_step_in_any_dtype(dtype: torch.dtype) -> None:
+    # 1001 and 999 steps: neither is a bfloat16 integer, so a buffer in the parameters' own dtype
+    # reported 2000 covered steps only by luck and weighed the ranks wrongly.
+    a, b = _model(1.0, dtype), _model(3.0, dtype)
+    got = _run([(a, 1001, 1001), (b, 999, 999), (_model(50.0, dtype), 0, 7)])
+    assert got == [2007, 2007, 2007]
+    want = torch.tensor((1.0 * 1001 + 3.0 * 999) / 2000, dtype=torch.float64).to(dtype)
+    for p in a.parameters():
+        assert p.dtype == dtype and torch.equal(p, torch.full_like(p, float(want)))
+    assert all(torch.equal(p, q) for p, q in zip(a.parameters(), b.parameters(), strict=True))
+
+
+def test_a_group_where_nobody_holds_the_model_is_a_failed_reduce_that_leaves_parameters_alone() -> None:
+    a, b = _model(1.0, torch.float32), _model(2.0, torch.float32)
+    got = _run([(a, 0, 3), (b, 0, 4)])
+    assert all(isinstance(g, CommError) and "every weight was 0" in str(g) for g in got)
+    assert all(torch.equal(p, torch.full_like(p, 1.0)) for p in a.parameters())
+    assert all(torch.equal(p, torch.full_like(p, 2.0)) for p in b.parameters())
+
+
+@pytest.mark.gpu
+def test_the_weighted_average_over_real_nccl_on_the_gpu() -> None:
+    if not torch.cuda.is_available():
+        pytest.skip("no CUDA device")
+    from actorwire.transport.comm import NcclCommunicator
+
+    c = NcclCommunicator(0, timeout_s=10.0)
+    try:
+        c.init(c.new_unique_id(), 0, 1)
+        m = _model(1.5, torch.bfloat16, "cuda")
+        assert weighted_average(c, list(m.parameters()), 1001, 1001) == 1001
+        for p in m.parameters():
+            assert p.device.type == "cuda" and p.dtype == torch.bfloat16
+            assert torch.equal(p, torch.full_like(p, 1.5))
+        with pytest.raises(CommError, match="every weight was 0"):
+            weighted_average(c, list(m.parameters()), 0, 5)
+    finally:
+        c.close()
