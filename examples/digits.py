@@ -60,6 +60,23 @@ def checksum(net: torch.nn.Module) -> str:
     return h.hexdigest()[:16]
 
 
+def save(path: str, net: torch.nn.Module, opt: torch.optim.Optimizer) -> str:
+    """A checkpoint: the model and the optimizer state (SGD's momentum), written whole or not at all."""
+    import os
+
+    os.makedirs(os.path.dirname(path) or ".", exist_ok=True)
+    torch.save({"model": net.state_dict(), "optimizer": opt.state_dict()}, path + ".part")
+    os.replace(path + ".part", path)
+    return path
+
+
+def restore(path: str, net: torch.nn.Module, opt: torch.optim.Optimizer) -> None:
+    """Load what :func:`save` wrote into ``net`` and ``opt``."""
+    state = torch.load(path, weights_only=True)
+    net.load_state_dict(state["model"])
+    opt.load_state_dict(state["optimizer"])
+
+
 def single_process(epochs: int = EPOCHS) -> float:
     """The same loop in one process, no actorwire: the test accuracy the data-parallel runs are held to."""
     x, y, x_test, y_test = load()

@@ -65,6 +65,7 @@ def cmd_coordinator(args: argparse.Namespace) -> int:
                                  join_timeout=args.join_timeout, staleness_timeout=args.staleness_timeout,
                                  save_stem=args.save_stem or "", form_group=True,
                                  min_world_size=args.min_world_size or 1,
+                                 checkpoint_every=args.checkpoint_every, restart_wait=args.restart_wait,
                                  # Eval only when asked for: a worker without an eval function
                                  # answered every request with a failure (30 warnings a run).
                                  eval_every=args.eval_every, final_eval=args.eval_every > 0)
@@ -128,5 +129,11 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-a
                    help="ask the fastest rank for an eval every N epochs, and a final one (default 0: never; "
                         "the workers need an eval function)")
     p.add_argument("--min-world-size", type=_positive, metavar="N",
-                   help="the fewest workers the run starts with (default 1)")
+                   help="the fewest workers the run goes on with, at its start and at any time (default 1)")
+    p.add_argument("--checkpoint-every", type=_non_negative, default=0, metavar="N",
+                   help="ask one worker to save a checkpoint every N epochs (default 0: never; the workers need "
+                        "a checkpoint function)")
+    p.add_argument("--restart-wait", type=_seconds, default=0.0, metavar="SECONDS",
+                   help="once every worker is lost, wait this long for the launcher to start them again "
+                        "(torchrun --max-restarts): they resume from the last checkpoint (default 0: the run ends)")
     p.set_defaults(func=cmd_coordinator)

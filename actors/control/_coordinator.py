@@ -174,6 +174,13 @@ class Coordinator(Actor):
         self._session_failed_since: float | None = None
         #: Sync cycles whose reduce is counted in ``global_step`` (by its acks' ``covered``).
         self._counted: set[int] = set()
+        #: The last checkpoint written (with a path): what a restarted group resumes from.
+        self.checkpoint: Checkpointed | None = None
+        self._checkpoint_steps: dict[int, int] = {}  # version -> the global step its model holds
+        #: Since when every rank is lost and the run waits for them to be started again (``restart_wait``).
+        self._restart_since: float | None = None
+        #: One line per whole-group restart the run recovered from.
+        self.restarts: list[str] = []
 
     def config(self) -> dict[str, Any]:
         return dict(self._config_kwargs)
@@ -305,7 +312,7 @@ class Coordinator(Actor):
         # late may join a running run: it gets a share from the next epoch on. A rank is refused
         # only while an incarnation of it is alive.
         current = self.ranks.get(msg.rank)
-        rejoin = self.phase is Phase.RUNNING and (current is None or not current.alive)
+        rejoin = self.phase in (Phase.RUNNING, Phase.RESTARTING) and (current is None or not current.alive)
         live = {msg.rank: current} if current is not None and current.alive else {}  # all join_refusal reads
         taken = self.phase is Phase.RUNNING and current is not None and current.alive  # say who holds it
         reason = join_refusal(self.settings, msg, started=self.phase is not Phase.JOINING and not rejoin and not taken,
@@ -344,6 +351,10 @@ class Coordinator(Actor):
             self.rejoined.add(msg.rank)
             ctx.log.warning("rank rejoined; it gets a share from the next epoch", rank=msg.rank, epoch=self.epoch)
         accepted = JoinAccepted(rank=msg.rank, world_size=self.settings.world_size)
+        if self.phase is Phase.RESTARTING and self.checkpoint is not None:
+            # No rank holds the model: each new incarnation loads the last checkpoint before it trains.
+            accepted = JoinAccepted(rank=msg.rank, world_size=self.settings.world_size,
+                                    resume_from=self.checkpoint.path, resume_epoch=self.checkpoint.version)
         if ctx.correlation_id:
             ctx.reply(accepted)
         self._sink(ctx, accepted)  # the user's view shows the joins as they come
@@ -351,6 +362,8 @@ class Coordinator(Actor):
                      progress=f"joined {self._in_run_count}/{self.settings.world_size}")
         if self.phase is Phase.JOINING:
             self._maybe_begin(ctx)
+        elif self.phase is Phase.RESTARTING:
+            self._maybe_resume(ctx, ctx.now())
 
     @handler
     @_phased
@@ -427,6 +440,10 @@ class Coordinator(Actor):
                                         f"sync {self.sync_cycle} not acknowledged within "
                                         f"{self.settings.reduce_stall_timeout:g} s by rank(s) {waiting} "
                                         f"(phase {self.phase}, epoch {self.epoch})")
+        if self.phase is Phase.RESTARTING:
+            for r in self._reachable():
+                self._tell(ctx, r, CoordHeartbeat(seq=msg.count))
+            self._maybe_resume(ctx, now)
         if self.phase is Phase.STOPPING and self.shutdown_at is not None:
             if not self._in_run_count or now - self.shutdown_at > self.settings.exit_grace:
                 ctx.stop()
@@ -528,12 +545,17 @@ class Coordinator(Actor):
             detail = (f"rank {r.rank} lost in epoch {self.epoch} ({why}); {len(self.alive())} rank(s) left, "
                       f"{self.failures} lost in all")
             recent = [t for t in self._deaths if ctx.now() - t <= _CASCADE_S]
+            if reason is SaveReason.ALL_RANKS_LOST and self.settings.restart_wait > 0:
+                self._await_restart(ctx, detail)
+                return
             if reason is SaveReason.ALL_RANKS_LOST and len(recent) >= 2 and len(recent) == len(self.ranks):
                 # Every rank within seconds of the first: not deaths of their own but a launcher that
                 # stops every worker when one dies (torchrun's agent does): no survivor to go on with.
                 detail += (f"; all {len(recent)} ranks were lost within {ctx.now() - recent[0]:.1f} s: the launcher "
-                           f"stopped the survivors (torchrun's agent stops every worker when one dies); for a run "
-                           f"that survives a death, launch with srun, ssh or ActorSystem.launch (docs/multinode.md)")
+                           f"stopped the survivors (torchrun's agent stops every worker when one dies); to recover, "
+                           f"run torchrun with --max-restarts N and the coordinator with --restart-wait SECONDS "
+                           f"and --checkpoint-every 1, or launch with srun, ssh or ActorSystem.launch "
+                           f"(docs/multinode.md)")
             self._save_and_shutdown(ctx, reason, detail)
             return
         survivors = self.alive()
@@ -551,6 +573,64 @@ class Coordinator(Actor):
         self._maybe_sync(ctx)
         self._maybe_aggregate(ctx)
         self._maybe_finish(ctx)
+
+    # -- whole-group restarts: every rank lost, started again by the launcher -----------------
+
+    def _await_restart(self, ctx: Context, detail: str) -> None:
+        self._move(Event.ALL_LOST)
+        self._restart_since = ctx.now()
+        self.sync_armed_at = None
+        self.sync_acked = set()
+        self.rendezvous = None
+        resume = self.checkpoint
+        ctx.log.error("every rank lost; waiting for the launcher to start them again", detail=detail,
+                      wait_s=self.settings.restart_wait, resume_epoch=resume.version if resume else 0,
+                      checkpoint=resume.path if resume else None)
+
+    def _maybe_resume(self, ctx: Context, now: float) -> None:
+        """Resume once every rank is back; at ``restart_wait``, with those back if they are enough."""
+        back = [r for r in self._reachable() if r.waiting]
+        since = self._restart_since if self._restart_since is not None else now
+        if len(back) >= self.settings.world_size:
+            self._resume(ctx, back)
+        elif now - since >= self.settings.restart_wait:
+            if back and len(back) >= self.settings.min_world_size:
+                self._resume(ctx, back)
+            else:
+                self._save_and_shutdown(ctx, SaveReason.ALL_RANKS_LOST,
+                                        f"every rank was lost in epoch {self.epoch} and {len(back)} of "
+                                        f"{self.settings.world_size} came back within restart_wait "
+                                        f"{self.settings.restart_wait:g} s (min_world_size "
+                                        f"{self.settings.min_world_size})")
+
+    def _resume(self, ctx: Context, back: list[RankState]) -> None:
+        """The model died with the ranks: the run goes back to the last checkpoint (or its start)
+        and trains every epoch after it again; the new incarnations loaded that checkpoint."""
+        resume = self.checkpoint
+        epoch = resume.version if resume is not None else 0
+        lost_in = self.epoch
+        self.global_step = resume.global_step if resume is not None else 0
+        self.history = [h for h in self.history if h.epoch < epoch]
+        self.metrics = {e: v for e, v in self.metrics.items() if e < epoch}
+        self._seeded = False  # the first sync seeds the model from one rank (all loaded the same)
+        self._source = None
+        self._covered = None
+        self._blocker = None
+        self._session_members, self._session_failed, self._session_failed_since = set(), set(), None
+        self.pending_eval = self.pending_checkpoint = self.final_eval_pending = False
+        self._final_eval_sent = False
+        self._restart_since = None
+        self._move(Event.RESUMED)
+        line = (f"every rank was lost in epoch {lost_in} and started again; resumed at epoch {epoch} "
+                + (f"from checkpoint {resume.path}" if resume is not None else "from the start (no checkpoint)"))
+        self.restarts.append(line)
+        ctx.log.warning("the restarted ranks are back; the run resumes", ranks=[r.rank for r in back],
+                        epoch=epoch, checkpoint=resume.path if resume is not None else None)
+        for r in back:
+            r.waiting = False
+        self._elect_roles(ctx, force=True)
+        self._start_rendezvous(ctx, fresh=True)
+        self._dispatch_epoch(ctx, epoch)
 
     def _unrecoverable(self) -> SaveReason | None:
         alive = len(self.alive())
@@ -740,6 +820,9 @@ class Coordinator(Actor):
         if target is None or not target.alive:
             return
         self.checkpoint_tried.add(target.rank)
+        # Sent before the epoch's plans: the model it saves is the one every rank holds after the
+        # epoch before ``version``, which holds ``global_step`` steps.
+        self._checkpoint_steps = {version: self.global_step}
         self._tell(ctx, target, Checkpoint(version=version, target_rank=target.rank))
 
     # -- reports ----------------------------------------------------------------
@@ -840,6 +923,9 @@ class Coordinator(Actor):
             return
         if msg.error is None:
             self.checkpoint_role = msg.rank  # sticky
+            steps = self._checkpoint_steps.get(msg.version)
+            if msg.path and steps is not None:
+                self.checkpoint = Checkpointed(version=msg.version, path=msg.path, global_step=steps)
             return
         untried = [r for r in self.alive() if r.rank not in self.checkpoint_tried]
         ctx.log.warning("checkpoint failed", rank=msg.rank, error=msg.error, retry=bool(untried))
@@ -1091,6 +1177,8 @@ class Coordinator(Actor):
         finished = sorted(r.rank for r in self.ranks.values() if r.alive and r.exited)
         losses = "; ".join(f"rank {rank} {why}" + (", rejoined" if rank in self.rejoined else "")
                            for rank, why in sorted(lost.items()))
+        if self.restarts:
+            losses += "; " + "; ".join(self.restarts)
         if complete and not lost:
             line = (f"run ended cleanly: every epoch trained ({trained}/{c.num_epochs}); "
                     f"{len(finished)} of {c.world_size} ranks finished with the final model")
@@ -1119,6 +1207,16 @@ class Coordinator(Actor):
 
     def effects(self, name: str) -> Actor | None:
         return CoordinatorEffects(name) if self.settings.save_stem else None
+
+
+@dataclasses.dataclass(frozen=True)
+class Checkpointed:
+    """A checkpoint the run can resume from: ``version`` is the epoch it resumes at (the model after
+    every epoch before it), ``global_step`` the steps that model holds."""
+
+    version: int
+    path: str
+    global_step: int
 
 
 @dataclasses.dataclass(frozen=True)

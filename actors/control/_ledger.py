@@ -68,6 +68,10 @@ class CoordinatorConfig(msgspec.Struct, frozen=True, kw_only=True):
     #: Form the process group at start (one rank generates the id, every rank gets
     #: ``NewNcclSession``) instead of leaving the first formation to the workers.
     form_group: bool = False
+    #: Seconds to wait, once every rank was lost, for the launcher to start them again (torchrun's
+    #: ``--max-restarts``): the new incarnations resume from the last checkpoint (``checkpoint_every``)
+    #: and the run goes on.  0: a run that lost every rank ends (``all_ranks_lost``).
+    restart_wait: float = 0.0
 
     def __post_init__(self) -> None:
         if self.world_size < 1 or self.num_epochs < 1 or self.dataset_size < 1 or self.batch_size < 1:
@@ -78,6 +82,8 @@ class CoordinatorConfig(msgspec.Struct, frozen=True, kw_only=True):
             raise InvalidArgument(f"backend must be 'gloo' or 'nccl', got {self.backend!r}")
         if self.sync_every < 1:
             raise InvalidArgument(f"sync_every must be >= 1, got {self.sync_every}")
+        if self.restart_wait < 0:
+            raise InvalidArgument(f"restart_wait must be >= 0 seconds, got {self.restart_wait}")
         if not 1 <= self.min_world_size <= self.world_size:
             raise InvalidArgument(f"min_world_size must be between 1 and world_size ({self.world_size}), "
                                   f"got {self.min_world_size}")

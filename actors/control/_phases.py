@@ -42,6 +42,9 @@ class Phase(str, enum.Enum):
     JOINING = "joining"
     RUNNING = "running"
     FINISHING = "finishing"
+    #: Every rank was lost and ``restart_wait`` is set: waiting for the launcher to start them again
+    #: (torchrun's ``--max-restarts``); they resume from the last checkpoint.
+    RESTARTING = "restarting"
     STOPPING = "stopping"
 
     def __str__(self) -> str:
@@ -54,6 +57,8 @@ class Event(enum.Enum):
     ALL_IN = "every rank joined or was lost, min_world_size left"
     LAST_EPOCH = "last epoch aggregated"
     DONE = "last sync acked, final eval in"
+    ALL_LOST = "every rank lost, restart_wait set"
+    RESUMED = "the restarted ranks joined"
     CANNOT_GO_ON = "unrecoverable: ShutdownWithSave"
 
 
@@ -68,6 +73,10 @@ TRANSITIONS: dict[tuple[Phase, Event], Phase] = {
     (Phase.RUNNING, Event.CANNOT_GO_ON): Phase.STOPPING,
     (Phase.FINISHING, Event.DONE): Phase.STOPPING,
     (Phase.FINISHING, Event.CANNOT_GO_ON): Phase.STOPPING,
+    (Phase.RUNNING, Event.ALL_LOST): Phase.RESTARTING,
+    (Phase.FINISHING, Event.ALL_LOST): Phase.RESTARTING,
+    (Phase.RESTARTING, Event.RESUMED): Phase.RUNNING,
+    (Phase.RESTARTING, Event.CANNOT_GO_ON): Phase.STOPPING,
 }
 
 #: Taken in every phase: liveness, joins (a late one is answered with the reason), clean exits. A
@@ -85,6 +94,9 @@ ACCEPTED: dict[Phase, frozenset[type[Message]]] = {
     # Every epoch is aggregated: what is left is the final sync (and a group re-formed for it),
     # the final eval, and a checkpoint sent at the last epoch boundary.
     Phase.FINISHING: _ALWAYS | {SyncAck, EvalResult, CheckpointResult, SessionFailed, NewNcclIdGenerated},
+    # No rank is left: only joins (the new incarnations) and liveness; a late report of the lost
+    # ranks changes nothing.
+    Phase.RESTARTING: _ALWAYS,
     # Shutdown is sent: reports still in flight are expected, and change nothing.
     Phase.STOPPING: _ALWAYS,
 }

@@ -76,6 +76,7 @@ class Worker:
         model_signature: str | None = None,
         eval_fn: Callable[[int], float] | None = None,
         checkpoint_fn: Callable[[int], str | None] | None = None,
+        restore_fn: Callable[[str, int], None] | None = None,
         epoch_fn: Callable[[int], None] | None = None,
         coordinator_timeout: float = 30.0,
         death_dir: str | None = None,
@@ -121,6 +122,19 @@ class Worker:
                                              dataset_size=dataset_size or 0)
         reply = self.inbox.ask(coordinator, request, timeout=join_timeout)
         self.protocol.join_reply(reply, time.monotonic())  # a refusal raises WorkerError with the reason
+        #: ``(path, epoch)`` of the checkpoint this rank loaded at its join (every rank had been lost
+        #: and the launcher started them again), or None.
+        self.resumed_from: tuple[str, int] | None = None
+        resume = getattr(reply, "resume_from", None)
+        if resume:
+            epoch = reply.resume_epoch
+            if restore_fn is None:
+                raise WorkerError(f"rank {self.rank}: every rank was lost and the run resumes at epoch {epoch} from "
+                                  f"checkpoint {resume}; this Worker has no restore_fn to load it (pass "
+                                  f"Worker(restore_fn=...), the counterpart of checkpoint_fn)")
+            restore_fn(resume, epoch)  # before the first plan: this rank trains from the checkpoint's model
+            self.resumed_from = (resume, epoch)
+            self.log.warning("resumed from the run's last checkpoint", path=resume, epoch=epoch)
         self.inbox.watch(coordinator)
         # A rank blocked in a long step or a collective still reports in from a
         # thread of its own, so the coordinator tells slow from dead; the

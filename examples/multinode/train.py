@@ -37,8 +37,15 @@ def main() -> int:
     # Seeded per process: whatever each rank starts from, the run's first sync gives all one model.
     model = digits.model(seed=int(os.environ.get("RANK", os.environ.get("SLURM_PROCID", "0"))))
     optimizer = digits.optimizer(model)
-    with Worker(model=model, communicator=GlooCommunicator(timeout_s=10), dataset_size=n) as worker:
-        print(f"rank {worker.rank} of {worker.world_size} joined", flush=True)
+    # Checkpoints (the coordinator's --checkpoint-every) go to CHECKPOINT_DIR, a directory every host
+    # reaches: when every rank is lost and the launcher starts them again (torchrun --max-restarts),
+    # each new rank loads the last one before it trains.
+    where = pathlib.Path(os.environ.get("CHECKPOINT_DIR", "checkpoints")).resolve()
+    with Worker(model=model, communicator=GlooCommunicator(timeout_s=10), dataset_size=n,
+                checkpoint_fn=lambda epoch: digits.save(str(where / f"epoch-{epoch}.pt"), model, optimizer),
+                restore_fn=lambda path, epoch: digits.restore(path, model, optimizer)) as worker:
+        resumed = f", resumed at epoch {worker.resumed_from[1]}" if worker.resumed_from else ""
+        print(f"rank {worker.rank} of {worker.world_size} joined{resumed}", flush=True)
         while (plan := worker.next_plan()) is not None:
             for idx in worker.batches(plan, digits.BATCH, shuffle_seed=digits.SHUFFLE_SEED):
                 t0 = time.perf_counter()

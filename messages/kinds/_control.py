@@ -177,10 +177,15 @@ class CoordHeartbeat(Message, frozen=True, tag="coord_heartbeat"):
 
 
 class JoinAccepted(Message, frozen=True, tag="join_accepted"):
-    """Answer to ``JoinRequest``: the rank is part of the run."""
+    """Answer to ``JoinRequest``: the rank is part of the run.
+
+    ``resume_from`` is set when every rank was lost and the run resumes: the path of the last
+    checkpoint, which the rank loads before it trains; ``resume_epoch`` the epoch it resumes at."""
 
     rank: Count
     world_size: Count
+    resume_from: str | None = None
+    resume_epoch: Count = 0
 
 
 class JoinRejected(Message, frozen=True, tag="join_rejected"):

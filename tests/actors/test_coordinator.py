@@ -1019,3 +1019,121 @@ def test_every_rank_lost_at_once_says_the_launcher_stopped_the_survivors() -> No
     lone.down("worker/0", m.DownReason.DEAD, "status -9")
     (saved,) = [msg for _, msg in sent(lone, m.ShutdownWithSave)][:1]
     assert "launcher stopped" not in saved.detail  # one rank's own death is just that
+
+
+# -- whole-group restarts (torchrun --max-restarts) -----------------------------------------------
+
+
+def _train_epoch(h: ActorHarness, epoch: int, ranks: list[int], per_rank: int = 30) -> None:
+    """Each rank trains ``per_rank`` batches two at a time, every sync acked, then reports the epoch."""
+    for _ in range(per_rank // 2):
+        for rank in ranks:
+            batch(h, rank, 2)
+        settle(h)
+    for rank in ranks:
+        metrics(h, rank, epoch, batches=per_rank)
+    settle(h)
+
+
+def _form_group(h: ActorHarness) -> None:
+    (request,) = [s for s in h.take() if isinstance(s.message, m.RequestNewNcclId)]
+    h.deliver(m.NewNcclIdGenerated(rank=int(request.target[-1]), uid=b"g"), sender=request.target)
+
+
+def _stopped_by_torchrun(h: ActorHarness) -> None:
+    h.down("worker/1", m.DownReason.DEAD, "status -9")
+    h.advance(0.4)
+    h.down("worker/0", m.DownReason.EXITED, "status -15")
+    h.down("worker/2", m.DownReason.EXITED, "status -15")
+
+
+def test_a_group_restarted_by_its_launcher_resumes_from_the_last_checkpoint_and_finishes() -> None:
+    """torchrun stops every worker when one dies and, with --max-restarts, starts them all again; the
+    coordinator had already ended the run, and the new workers waited 120 s for it and failed."""
+    h = make(num_epochs=3, checkpoint_every=1, restart_wait=60.0, eval_every=0, final_eval=False)
+    join_all(h)
+    _train_epoch(h, 0, [0, 1, 2])
+    (target, checkpoint) = sent(h, m.Checkpoint)[0]
+    assert checkpoint.version == 1 and h.actor.global_step == 90
+    h.deliver(m.CheckpointResult(rank=checkpoint.target_rank, version=1, elapsed_ms=1.0, path="/ck/epoch-1.pt"),
+              sender=target)
+    for rank in range(3):  # part of epoch 1, in the model of ranks that are about to die with it
+        batch(h, rank, 2)
+    settle(h)
+    assert h.actor.global_step == 96
+    _stopped_by_torchrun(h)
+    assert sent(h, m.ShutdownWithSave) == [] and h.actor.phase.value == "restarting"
+    h.advance(10.0)  # torchrun's agent takes a while to start the group again
+    for rank in range(3):
+        reply = h.ask(m.JoinRequest(rank=rank, world_size=3, run_id=RUN, model_signature="sig"),
+                      sender=f"worker/{rank}")
+        assert reply == m.JoinAccepted(rank=rank, world_size=3, resume_from="/ck/epoch-1.pt", resume_epoch=1)
+    assert h.actor.phase.value == "running"
+    assert h.actor.global_step == 90  # the steps of epoch 1 died with the ranks: trained again
+    assert [e.epoch for e in h.actor.history] == [0]
+    out = h.take()
+    plans = {s.target: s.message.epoch for s in out if isinstance(s.message, m.StartEpoch) and s.target != "main"}
+    assert plans == {"worker/0": 1, "worker/1": 1, "worker/2": 1}
+    (request,) = [s for s in out if isinstance(s.message, m.RequestNewNcclId)]
+    h.deliver(m.NewNcclIdGenerated(rank=int(request.target[-1]), uid=b"g"), sender=request.target)
+    (seed,) = {s.message.source for s in h.outbox if isinstance(s.message, m.SyncNow)}
+    assert seed is not None  # one rank's (restored) model is the run's again before anyone trains
+    settle(h)
+    _train_epoch(h, 1, [0, 1, 2])
+    _train_epoch(h, 2, [0, 1, 2])
+    assert h.actor.global_step == 270  # every epoch once in the final model
+    for rank in range(3):
+        h.deliver(m.Exiting(rank=rank), sender=f"worker/{rank}")
+    outcome = h.actor.outcome()
+    assert outcome.exit_code == 0 and outcome.epochs == 3
+    assert "every rank was lost in epoch 1 and started again; resumed at epoch 1 from checkpoint " \
+           "/ck/epoch-1.pt" in outcome.line
+
+
+def test_a_restart_without_a_checkpoint_starts_the_run_over() -> None:
+    h = make(num_epochs=2, restart_wait=60.0, eval_every=0, final_eval=False)
+    join_all(h)
+    _train_epoch(h, 0, [0, 1, 2])
+    _stopped_by_torchrun(h)
+    for rank in range(3):
+        assert h.ask(m.JoinRequest(rank=rank, world_size=3, run_id=RUN, model_signature="sig"),
+                     sender=f"worker/{rank}") == m.JoinAccepted(rank=rank, world_size=3)
+    assert h.actor.global_step == 0 and h.actor.history == [] and h.actor.epoch == 0
+
+
+def test_a_restart_that_does_not_come_ends_the_run_at_restart_wait_saying_so() -> None:
+    h = make(num_epochs=2, restart_wait=30.0)
+    join_all(h)
+    _stopped_by_torchrun(h)
+    h.advance(29.0)
+    assert sent(h, m.ShutdownWithSave) == []
+    h.advance(2.0)
+    (saved,) = [msg for _, msg in sent(h, m.ShutdownWithSave)]
+    assert saved.reason is m.SaveReason.ALL_RANKS_LOST
+    assert saved.detail == ("every rank was lost in epoch 0 and 0 of 3 came back within restart_wait 30 s "
+                            "(min_world_size 1)")
+    assert h.actor.outcome().exit_code == 1
+
+
+def test_at_restart_wait_the_ranks_that_came_back_go_on() -> None:
+    h = make(num_epochs=2, restart_wait=30.0)
+    join_all(h)
+    _stopped_by_torchrun(h)
+    for rank in (0, 2):
+        h.ask(m.JoinRequest(rank=rank, world_size=3, run_id=RUN, model_signature="sig"), sender=f"worker/{rank}")
+    assert h.actor.phase.value == "restarting"
+    h.advance(31.0)
+    assert h.actor.phase.value == "running" and sorted(r.rank for r in h.actor.alive()) == [0, 2]
+
+
+def test_without_restart_wait_every_rank_stopped_says_how_to_recover() -> None:
+    h = make()
+    join_all(h)
+    _stopped_by_torchrun(h)
+    (saved,) = [msg for _, msg in sent(h, m.ShutdownWithSave)][:1]
+    assert "run torchrun with --max-restarts N and the coordinator with --restart-wait SECONDS" in saved.detail
+
+
+def test_restart_wait_is_validated() -> None:
+    with pytest.raises(Exception, match="restart_wait must be >= 0 seconds, got -1"):
+        Coordinator(world_size=1, run_id=RUN, num_epochs=1, dataset_size=1, restart_wait=-1)

@@ -176,37 +176,57 @@ def _descendant(root: int, text: str) -> int | None:
     return None
 
 
-@pytest.mark.slow
-@pytest.mark.timeout(180)
-def test_a_death_under_torchrun_ends_the_run_with_one_line_saying_why(tmp_path: pathlib.Path) -> None:
-    """torchrun's agent stops every worker when one dies (and with --max-restarts restarts them all):
-    the run ended with all_ranks_lost and nothing said why, or how to get a run that recovers."""
+def _torchrun_with_a_kill(tmp_path: pathlib.Path, run_id: str, at: str, **extra: str) -> tuple[int, str]:
+    """torchrun.sh with 3 workers; worker 1 SIGKILLed once the coordinator printed the line ``at``."""
     scratch = tempfile.mkdtemp(prefix="aw-", dir="/tmp")
     try:
         env = _script_env(tmp_path, NODE_RANK="0", NNODES="1", PER_NODE="3", MASTER="127.0.0.1",
-                          MASTER_PORT=str(_port()), RUN_ID="torchrun-kill", TMPDIR=scratch, TRAIN_SAMPLES="1400",
-                          EPOCHS="40")
+                          MASTER_PORT=str(_port()), RUN_ID=run_id, TMPDIR=scratch, TRAIN_SAMPLES="1400",
+                          CHECKPOINT_DIR=str(tmp_path / "checkpoints"), **extra)
         with subprocess.Popen(["bash", str(SCRIPTS / "torchrun.sh")], env=env, cwd=tmp_path, stdout=subprocess.PIPE,
                               stderr=subprocess.STDOUT, text=True, start_new_session=True) as script:
             lines = []
             try:
                 assert script.stdout is not None
+                killed = False
                 for line in script.stdout:
                     lines.append(line)
-                    if line.startswith("epoch 2:"):
+                    if line.startswith(at) and not killed:
                         victim = _descendant(script.pid, "worker/1")
                         assert victim, "".join(lines)
                         os.kill(victim, signal.SIGKILL)
+                        killed = True
                 code = script.wait(60)
             finally:
                 if script.poll() is None:
                     os.killpg(script.pid, signal.SIGKILL)
-        out = "".join(lines)
-        assert code == 1, out[-3000:]
-        assert "the launcher stopped the survivors (torchrun's agent stops every worker when one dies)" in out, out[-3000:]
-        assert "run did not finish" in out
+        return code, "".join(lines)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(180)
+def test_a_death_under_torchrun_without_restarts_ends_the_run_with_one_line_saying_why(tmp_path: pathlib.Path) -> None:
+    """torchrun's agent stops every worker when one dies: the run ended with all_ranks_lost and nothing
+    said why, or how to get a run that recovers."""
+    code, out = _torchrun_with_a_kill(tmp_path, "torchrun-kill", "epoch 2:", EPOCHS="40", MAX_RESTARTS="0")
+    assert code == 1, out[-3000:]
+    assert "the launcher stopped the survivors (torchrun's agent stops every worker when one dies); to recover, " \
+           "run torchrun with --max-restarts N" in out, out[-3000:]
+    assert "run did not finish" in out
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(240)
+def test_a_rank_killed_under_torchrun_with_max_restarts_is_a_recovery(tmp_path: pathlib.Path) -> None:
+    """With --max-restarts torchrun started every worker again, and each waited 120 s for a coordinator
+    that had already ended the run, then the job failed."""
+    code, out = _torchrun_with_a_kill(tmp_path, "torchrun-restart", "epoch 4:", EPOCHS="20")
+    assert code == 0, out[-3000:]
+    assert out.count(", resumed at epoch ") == 3, out[-3000:]  # every new worker loaded the checkpoint
+    assert "run ended: every epoch trained (20/20)" in out and "started again; resumed at epoch " in out, out[-3000:]
+    trained_one_model(out, {0, 1, 2})
 
 
 LOCAL_SLURM = ROOT / "tests" / "slurm" / "local-slurm.sh"
