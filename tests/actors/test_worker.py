@@ -6,9 +6,12 @@ from collections.abc import Callable
 
 import pytest
 
+from actorwire import messages as m
 from actorwire.actors import ActorSystem
 from actorwire.actors.control._coordinator import Coordinator
 from actorwire.actors.control._worker import Worker, WorkerError
+from actorwire.actors.runtime._actor import Actor, handler
+from actorwire.actors.runtime._context import Context
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -138,3 +141,32 @@ def test_torchrun_s_default_run_id_is_refused_with_what_to_pass(setenv: Callable
     assert "wrong run id: this process used run id 'none' (from TORCHELASTIC_RUN_ID, torchrun's default without " \
            "--rdzv-id)" in text and "--rdzv-id ID" in text and "ACTORWIRE_RUN_ID=ID" in text
     assert "the-coordinators-id" not in text  # the root's id is never handed out
+
+
+class Resuming(Actor):
+    """A coordinator whose run lost every rank: each join is told to resume from a checkpoint."""
+
+    @handler
+    def on_join(self, msg: m.JoinRequest, ctx: Context) -> None:
+        ctx.reply(m.JoinAccepted(rank=msg.rank, world_size=msg.world_size, resume_from="/ck/epoch-3.pt",
+                                 resume_epoch=3))
+
+    @handler
+    def on_other(self, msg: m.Message, ctx: Context) -> None:
+        pass
+
+
+def test_a_worker_told_to_resume_loads_the_checkpoint_before_its_first_plan(system: ActorSystem) -> None:
+    system.spawn(Resuming(), "coordinator")
+    loaded: list[tuple[str, int]] = []
+    worker = Worker(system=system, rank=0, world_size=1, model_signature="s", join_timeout=10,
+                    restore_fn=lambda path, epoch: loaded.append((path, epoch)))
+    assert loaded == [("/ck/epoch-3.pt", 3)] and worker.resumed_from == ("/ck/epoch-3.pt", 3)
+
+
+def test_a_worker_told_to_resume_without_a_restore_fn_refuses_to_train(system: ActorSystem) -> None:
+    """It would train from its fresh initialisation, and the first sync would spread it to every rank."""
+    system.spawn(Resuming(), "coordinator")
+    with pytest.raises(WorkerError, match=r"^rank 0: every rank was lost and the run resumes at epoch 3 from "
+                                          r"checkpoint /ck/epoch-3.pt; this Worker has no restore_fn"):
+        Worker(system=system, rank=0, world_size=1, model_signature="s", join_timeout=10)
