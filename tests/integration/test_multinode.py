@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Iterator
 
 import pytest
@@ -270,6 +271,56 @@ def test_the_sbatch_example_runs_unmodified_under_a_real_slurm(slurm: str, tmp_p
     assert job.returncode == 0, job.stdout + job.stderr + text[-3000:]
     assert "run ended cleanly: every epoch trained (20/20); 3 of 3 ranks finished" in text, text[-3000:]
     trained_one_model(text, {0, 1, 2})
+
+
+def _slurm_task(title: str, port: int) -> int | None:
+    """The pid of the job's process titled ``title`` (setproctitle), found by the job's ACTORWIRE_PORT."""
+    for proc in pathlib.Path("/proc").iterdir():
+        try:
+            if title in (proc / "cmdline").read_bytes().decode(errors="replace") and \
+                    f"ACTORWIRE_PORT={port}".encode() in (proc / "environ").read_bytes().split(b"\0"):
+                return int(proc.name)
+        except (OSError, ValueError):
+            continue
+    return None
+
+
+@pytest.mark.slow
+@pytest.mark.timeout(300)
+def test_a_rank_killed_mid_run_under_a_real_slurm_is_recovered(slurm: str, tmp_path: pathlib.Path) -> None:
+    """srun leaves the other tasks of a step running when one dies: the survivors take its rest and
+    end with one model; the job's status is the run's."""
+    submit = tmp_path / "submit"
+    submit.mkdir()
+    (submit / "examples").symlink_to(ROOT / "examples")
+    assert subprocess.run([sys.executable, "-m", "actorwire", "keygen", str(submit / "keys")],
+                          capture_output=True).returncode == 0
+    port = _port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ACTORWIRE_", "SLURM_", "TORCHELASTIC_"))}
+    env.update(PATH=os.pathsep.join([str(pathlib.Path(sys.executable).parent), env.get("PATH", "")]),
+               SLURM_CONF=slurm, ACTORWIRE_PORT=str(port), EPOCHS="20")
+    out = tmp_path / "job.out"
+    with subprocess.Popen(["sbatch", "--wait", "--ntasks=3", f"--output={out}", "examples/multinode/sbatch.sh"],
+                          cwd=submit, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) as job:
+        try:
+            deadline = time.monotonic() + 200
+            victim = None
+            while victim is None and time.monotonic() < deadline and job.poll() is None:
+                text = out.read_text() if out.exists() else ""
+                if "\nepoch 3:" in text:
+                    victim = _slurm_task("worker/1", port)
+                time.sleep(0.2)  # polling a file another program writes: no event to wait on
+            assert victim is not None, out.read_text() if out.exists() else "no output"
+            os.kill(victim, signal.SIGKILL)
+            code = job.wait(240)
+        finally:
+            if job.poll() is None:
+                job.kill()
+    text = out.read_text()
+    assert code == 0, text[-3000:]
+    assert "run ended: every epoch trained (20/20), recovered from 1 lost rank(s) (rank 1 lost in epoch" in text, \
+        text[-3000:]
+    trained_one_model(text, {0, 2})
 
 
 @pytest.mark.slow
