@@ -153,6 +153,24 @@ _CMP = {ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt, ast.Lt
 _BIN = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
         ast.Mod: operator.mod}
 _MISSING = object()
+#: The longest string, bytes or list a ``--where`` expression may build (``'a' * 3000000000`` was a
+#: MemoryError traceback).
+_MAX_BUILT = 1 << 20
+
+
+def _bounded(op: ast.operator, left: Any, right: Any) -> Any:
+    if isinstance(op, (ast.Mult, ast.Add)):
+        sizes = [len(v) if isinstance(v, (str, bytes, list, tuple)) else None for v in (left, right)]
+        counts = [v for v in (left, right) if isinstance(v, int) and not isinstance(v, bool)]
+        if isinstance(op, ast.Mult) and any(n is not None for n in sizes) and counts:
+            size = max(n for n in sizes if n is not None) * max(0, counts[0])
+        elif isinstance(op, ast.Add) and all(n is not None for n in sizes):
+            size = sum(n for n in sizes if n is not None)
+        else:
+            size = 0
+        if size > _MAX_BUILT:
+            raise WhereError(f"--where: the expression builds a value of {size:,} items; at most {_MAX_BUILT:,}")
+    return _BIN[type(op)](left, right)
 
 
 class WhereError(UsageError, ValueError):
@@ -199,7 +217,7 @@ class Where:
             value = self._eval(node.operand, fields)
             return (not value) if isinstance(node.op, ast.Not) else -value
         if isinstance(node, ast.BinOp):
-            return _BIN[type(node.op)](self._eval(node.left, fields), self._eval(node.right, fields))
+            return _bounded(node.op, self._eval(node.left, fields), self._eval(node.right, fields))
         if isinstance(node, (ast.Tuple, ast.List)):
             return [self._eval(e, fields) for e in node.elts]
         if isinstance(node, ast.Compare):

@@ -255,3 +255,59 @@ def test_until_state_and_break(tmp_path: pathlib.Path) -> None:
     assert "stopped before message 4 (`heartbeat` from" in debug.stdout
     assert "('Sink', 3, 3, 'sink')" in debug.stdout
     assert debug.stdout.rstrip().endswith("6 messages replayed, 0 divergences")
+
+
+def _blocks(segment: pathlib.Path) -> list[int]:
+    reader = Segment(segment)
+    try:
+        return [offset for offset, _ in reader.frames()]
+    finally:
+        reader.close()
+
+
+def test_a_length_corrupted_mid_segment_to_point_past_the_end_is_corruption_not_a_torn_tail(
+        tmp_path: pathlib.Path) -> None:
+    """It was taken for a torn tail: `log show` and `log stats` dropped the rest of the segment and
+    exited 0, though a bad length anywhere but the tail is corruption (docs/recording.md)."""
+    segment = craft(tmp_path, messages=400)
+    offsets = _blocks(segment)
+    assert len(offsets) >= 2, offsets
+    data = bytearray(segment.read_bytes())
+    FRAME.pack_into(data, offsets[0], len(data), 0)  # the first block's length: past the end of the file
+    segment.write_bytes(bytes(data))
+    for command in COMMANDS[:2]:
+        line = one_line_error(cli(*command, str(tmp_path)))
+        assert f"corrupt record at byte {offsets[0]}" in line and "runs past the end of the file" in line, line
+    skipped = cli("log", "show", str(tmp_path), "--skip-corrupt", "--json")
+    assert skipped.returncode == 0, skipped.stderr
+    assert len(skipped.stdout.splitlines()) > 0  # the whole blocks after it are read
+    # A real torn tail (the last block cut short) is still a torn tail.
+    torn = tmp_path / "torn"
+    segment = craft(torn, messages=400)
+    last = _blocks(segment)[-1]
+    segment.write_bytes(segment.read_bytes()[:last + 20])
+    result = cli("log", "stats", str(torn))
+    assert result.returncode == 0 and "torn tail" in result.stderr, result.stderr
+
+
+def _limit_address_space() -> None:
+    resource.setrlimit(resource.RLIMIT_AS, (2 << 30, 2 << 30))
+
+
+def test_a_segment_too_big_to_map_under_an_address_space_limit_is_one_line(tmp_path: pathlib.Path) -> None:
+    """mmap's OSError [Errno 12] came out as a traceback."""
+    segment = craft(tmp_path, actor_class="actorwire.actors.bench._bus:Echo")
+    with open(segment, "r+b") as f:
+        f.truncate(8 << 30)
+    line = one_line_error(cli("log", "stats", str(tmp_path), preexec=_limit_address_space))
+    assert "cannot map its 8589934592 bytes" in line, line
+
+
+def test_a_where_expression_that_builds_a_huge_string_is_one_line(tmp_path: pathlib.Path) -> None:
+    """`'a' * 3000000000 == ''` was a MemoryError traceback."""
+    craft(tmp_path)
+    for expression in ["'a' * 3000000000 == ''", "kind * 100000000 == ''", "[0] * 5000000 == []"]:
+        line = one_line_error(cli("log", "show", str(tmp_path), "--where", expression))
+        assert "--where: the expression builds a value of" in line, line
+    fine = cli("log", "show", str(tmp_path), "--where", "'ab' * 3 == 'ababab'")
+    assert fine.returncode == 0 and fine.stdout, fine.stderr
