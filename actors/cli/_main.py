@@ -10,7 +10,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
+import threading
 import typing
 from collections.abc import Sequence
 
@@ -231,10 +233,21 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _first_interrupt(signum: int, frame: object) -> None:
+    """Ctrl-C: raise KeyboardInterrupt once; later ones are ignored, so that the clean-up it starts
+    (children ended, shared memory and sockets removed) is never cut short (a second Ctrl-C during it
+    left workers SIGSTOPped for good, holding /dev/shm segments)."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    raise KeyboardInterrupt
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     from actorwire.transport import configure_logging
 
+    if threading.current_thread() is threading.main_thread() and \
+            signal.getsignal(signal.SIGINT) is signal.default_int_handler:
+        signal.signal(signal.SIGINT, _first_interrupt)
     try:
         configure_logging()  # the command line owns its process; the library never configures logging
         return int(args.func(args) or 0)

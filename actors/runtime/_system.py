@@ -14,6 +14,7 @@ import contextlib
 import hashlib
 import operator
 import os
+import signal
 import subprocess
 import threading
 import time
@@ -792,21 +793,31 @@ class ActorSystem:
     def interrupt(self, timeout: float = 5.0) -> None:
         """Ctrl-C of a run this process launched: end every child now (SIGTERM) and quietly, then
         shut down without waiting for them to leave cleanly."""
+        # A second Ctrl-C (or a SIGTERM) must not cut this short: children frozen below and never
+        # continued stayed SIGSTOPped for good, holding shared memory and sockets.  Held back until
+        # the end (in the main thread, where Python runs signal handlers), and the children are
+        # ended whatever is raised on the way.
+        held = _hold_signals()
         children, self._children = self._children, []
-        for child in children:  # frozen first: they log nothing about this node going away
-            child.freeze()
-        self.shutdown(timeout=1.0, clean=False)  # then this node, sockets first: nothing left to judge them
-        for child in children:
-            child.interrupt()
-        for child in children:
+        try:
+            for child in children:  # frozen first: they log nothing about this node going away
+                child.freeze()
+            self.shutdown(timeout=1.0, clean=False)  # then this node, sockets first: nothing left to judge them
+        finally:
             try:
-                child.wait(timeout)
-            except subprocess.TimeoutExpired:
-                child.kill()
-                with contextlib.suppress(subprocess.TimeoutExpired):
-                    child.wait(timeout)
-            child.forget_socket()
-        self._node.remove_run_dir()
+                for child in children:
+                    child.interrupt()
+                for child in children:
+                    try:
+                        child.wait(timeout)
+                    except subprocess.TimeoutExpired:
+                        child.kill()
+                        with contextlib.suppress(subprocess.TimeoutExpired):
+                            child.wait(timeout)
+                    child.forget_socket()
+                self._node.remove_run_dir()
+            finally:
+                _release_signals(held)
 
     def __enter__(self) -> ActorSystem:
         return self
@@ -817,6 +828,18 @@ class ActorSystem:
     def __repr__(self) -> str:
         role = "root" if self.is_root else "member"
         return f"<ActorSystem {role} run={self.run_id} node={self.node_id} actors={sorted(self._cells)}>"
+
+
+def _hold_signals() -> set[signal.Signals] | None:
+    """Block SIGINT and SIGTERM in the main thread (they stay pending); the mask it replaced, or None."""
+    if threading.current_thread() is not threading.main_thread():
+        return None
+    return signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
+
+
+def _release_signals(held: set[signal.Signals] | None) -> None:
+    if held is not None:
+        signal.pthread_sigmask(signal.SIG_SETMASK, held)
 
 
 def _stable_int(text: str) -> int:

@@ -7,6 +7,7 @@ import pathlib
 import re
 import subprocess
 import sys
+import time
 
 import pytest
 from conftest import TESTS
@@ -153,5 +154,58 @@ def test_ctrl_c_ends_the_demo_and_its_workers_with_one_line(short_tmp: pathlib.P
             raise AssertionError(f"worker {pid} still runs")
         except ProcessLookupError:
             pass
+    assert not [n for n in os.listdir("/dev/shm") if any(n.startswith((f"aw{p}_", f"aws{p}_")) for p in pids)]
+    assert not [p for p in short_tmp.iterdir() if p.name.startswith("actorwire-demo-")]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("gap", [0.01, 0.2])
+def test_ctrl_c_again_and_again_during_clean_up_leaves_nothing_behind(short_tmp: pathlib.Path, gap: float) -> None:
+    """A second Ctrl-C while the demo cleaned up left three workers SIGSTOPped for good, re-parented
+    to init, holding shared memory and the root's sockets."""
+    import signal
+
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
+    env["TMPDIR"] = str(short_tmp)
+    proc = subprocess.Popen([sys.executable, "-m", "actorwire", "demo", "--epochs", "8"], stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True, start_new_session=True, env=env,
+                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
+    assert proc.stdout is not None
+    lines = []
+    try:
+        for line in proc.stdout:
+            lines.append(line)
+            if line.startswith("    0 "):
+                break
+        pids = [int(p) for p in re.search(r"pids ([\d, ]+)\)", lines[0]).group(1).split(", ")]  # type: ignore[union-attr]
+        # Ctrl-C held down (or pressed again and again) from the first moment of the clean-up on.
+        sent = 0
+        while proc.poll() is None and sent < int(30 / gap):
+            os.killpg(proc.pid, signal.SIGINT)
+            sent += 1
+            try:
+                proc.wait(gap)
+            except subprocess.TimeoutExpired:
+                pass
+        proc.wait(60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+        proc.stdout.close()
+    assert proc.returncode == 130 and sent >= 2, (proc.returncode, sent)
+    for pid in pids:  # a stopped process answers signal 0 too
+        deadline = time.monotonic() + 10
+        while True:
+            try:
+                os.kill(pid, 0)
+            except ProcessLookupError:
+                break
+            state = pathlib.Path(f"/proc/{pid}/stat").read_text().split(") ", 1)[1][0] if \
+                pathlib.Path(f"/proc/{pid}/stat").exists() else "?"
+            if time.monotonic() > deadline:
+                os.kill(pid, signal.SIGKILL)
+                raise AssertionError(f"worker {pid} outlived the demo (state {state})")
+            time.sleep(0.1)  # its exit, which no event announces to a non-parent
     assert not [n for n in os.listdir("/dev/shm") if any(n.startswith((f"aw{p}_", f"aws{p}_")) for p in pids)]
     assert not [p for p in short_tmp.iterdir() if p.name.startswith("actorwire-demo-")]
