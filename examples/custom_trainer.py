@@ -21,8 +21,7 @@ import digits  # examples/digits.py: the model, the data, one training step
 import torch
 
 from actorwire import messages as m
-from actorwire.actors import ActorSystem  # actorwire
-from actorwire.actors.control import Coordinator, Worker
+from actorwire.actors.control import Worker, run_local  # actorwire
 from actorwire.transport.comm import GlooCommunicator
 
 WORKERS = int(os.environ.get("WORKERS", "3"))
@@ -55,23 +54,16 @@ def train() -> int:
 
 def launch() -> int:
     """Start a coordinator here and the workers as child processes, then wait for the run to end."""
-    with ActorSystem() as system:
-        inbox = system.inbox("main")
-        coordinator = Coordinator(world_size=WORKERS, run_id=system.run_id, num_epochs=digits.EPOCHS,
-                                  dataset_size=digits.TRAIN, batch_size=digits.BATCH, form_group=True,
-                                  metrics_sink="main", tick_interval=0.5, final_eval=False, eval_every=0)
-        system.spawn(coordinator, "coordinator")
-        inbox.watch("coordinator")
-        children = [system.launch([sys.executable, __file__], rank=r, watcher="coordinator",
-                                  env={"ACTORWIRE_WORLD_SIZE": str(WORKERS)}) for r in range(WORKERS)]
-        while (got := inbox.get(timeout=120)) is not None and not isinstance(got.message, m.Down):
-            if isinstance(got.message, m.EpochMetrics):
-                print(f"epoch {got.message.epoch}: loss {got.message.avg_loss:.4f}", flush=True)
-        codes = [c.wait(60) for c in children]
-    print(f"workers exited with {codes}")
-    outcome = coordinator.outcome()  # the run's outcome, not the workers': a recovered death is a success
-    print(outcome.line)
-    return outcome.exit_code
+
+    def show(msg: m.Message) -> None:
+        if isinstance(msg, m.EpochMetrics):
+            print(f"epoch {msg.epoch}: loss {msg.avg_loss:.4f}", flush=True)
+
+    run = run_local([sys.executable, __file__], WORKERS, num_epochs=digits.EPOCHS,  # actorwire
+                    dataset_size=digits.TRAIN, batch_size=digits.BATCH, on_message=show)
+    print(f"workers exited with {run.exit_codes}")
+    print(run.outcome.line)  # the run's outcome, not the workers': a recovered death is a success
+    return run.outcome.exit_code
 
 
 if __name__ == "__main__":

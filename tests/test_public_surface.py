@@ -62,7 +62,8 @@ PUBLIC = {
         "WouldBlock", "attach", "handler", "replay", "EffectsAdapter", "effects_name",
     },
     "actorwire.actors.control": {
-        "Coordinator", "CoordinatorConfig", "GpuWorker", "Plan", "Relay", "RunOutcome", "Worker", "WorkerError",
+        "Coordinator", "CoordinatorConfig", "GpuWorker", "LocalRun", "Plan", "Relay", "RunOutcome", "Worker",
+        "WorkerError", "run_local",
     },
     "actorwire.actors.weights": {
         "ModelConsumer", "ModuleSource", "ParamMeta", "SyncReport", "WeightConsumer", "WeightPlan",

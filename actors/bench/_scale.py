@@ -178,7 +178,8 @@ def run_one(workers: int, *, relay: bool, processes: int, epochs: int, seconds_p
         coordinator = Coordinator(world_size=workers, run_id=system.run_id, num_epochs=epochs,
                                   dataset_size=workers * batches, batch_size=1, sync_every=20,
                                   eval_every=0, final_eval=False, staleness_timeout=30.0, join_timeout=300.0,
-                                  metrics_sink="main", tick_interval=0.5)
+                                  metrics_sink="main", tick_interval=0.5,
+                                  form_group=False)  # simulated ranks: no process group to form
         system.spawn(coordinator, "coordinator")
         inbox.watch("coordinator")
         children = []

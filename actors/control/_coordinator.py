@@ -21,6 +21,8 @@ import pathlib
 from collections.abc import Callable
 from typing import Any
 
+import msgspec
+
 from actorwire.actors.control._ledger import (
     EWMA,
     FINAL_EVAL,
@@ -86,6 +88,7 @@ from actorwire.messages import (
     WriteMeta,
 )
 from actorwire.transport import ActorDead, UnknownActor
+from actorwire.transport._errors import InvalidArgument
 
 _RENDEZVOUS_ROUNDS = 3  # times every survivor is asked for a group id before the run gives up
 _CASCADE_S = 5.0  # every rank lost within this long: a launcher stopped them, not deaths of their own
@@ -104,6 +107,21 @@ def _phased(fn: Callable[[Coordinator, Any, Context], None]) -> Callable[[Coordi
     return gate
 
 
+def _settings(config: dict[str, Any]) -> CoordinatorConfig:
+    fields = {f.name: f for f in msgspec.structs.fields(CoordinatorConfig)}
+    unknown = sorted(set(config) - set(fields))
+    if unknown:
+        raise InvalidArgument(f"Coordinator: no setting named {', '.join(map(repr, unknown))}; the settings are "
+                              f"{', '.join(fields)} (docs/control-plane.md)")
+    missing = [name for name, f in fields.items() if f.required and name not in config]
+    if missing:
+        raise InvalidArgument(f"Coordinator: {', '.join(missing)} must be given")
+    try:
+        return msgspec.convert(config, CoordinatorConfig, strict=False)
+    except msgspec.ValidationError as exc:
+        raise InvalidArgument(f"Coordinator: {exc}") from None
+
+
 def _count_batch(r: RankState, cost: float) -> None:
     r.steps_since_sync += 1
     r.total_steps += 1
@@ -115,7 +133,11 @@ class Coordinator(Actor):
     """See the module doc and ``docs/control-plane.md``."""
 
     def __init__(self, **config: Any) -> None:
-        self.settings = CoordinatorConfig(**config)
+        """``config``: the fields of :class:`CoordinatorConfig` (``world_size``, ``run_id``,
+        ``num_epochs`` and ``dataset_size`` required; the table in docs/control-plane.md, "The
+        coordinator's settings").  An unknown name or a value of the wrong type is one
+        :class:`InvalidArgument` naming it."""
+        self.settings = _settings(config)
         self._config_kwargs = dict(config)
         self.ranks: dict[int, RankState] = {}
         self._in_run: list[RankState] | None = None  # alive(), until a rank's state changes
@@ -337,6 +359,7 @@ class Coordinator(Actor):
             self._signature = msg.model_signature
         r = RankState(msg.rank, name, ctx.now())
         r.relay = msg.relay
+        r.evaluates = msg.evaluates
         r.waiting = self.phase is not Phase.JOINING  # a rejoin takes part from the next epoch
         old = self.ranks.get(msg.rank)
         if old is not None and old.in_run:
@@ -762,9 +785,14 @@ class Coordinator(Actor):
             return
         fastest = by_speed(alive)[0].rank
         live = {r.rank for r in alive}
-        for role in ("eval_role", "checkpoint_role", "epoch_role"):
+        for role in ("checkpoint_role", "epoch_role"):
             if force or getattr(self, role) not in live:
                 setattr(self, role, fastest)
+        # Evals go only to a rank that has an eval function (none asked when no rank has one: every
+        # epoch logged "eval failed ... no eval function given" with the defaults).
+        evaluators = [r for r in by_speed(alive) if r.evaluates]
+        if force or self.eval_role not in {r.rank for r in evaluators}:
+            self.eval_role = evaluators[0].rank if evaluators else None
         self.role_dirty = True
 
     # -- epochs -------------------------------------------------------------------

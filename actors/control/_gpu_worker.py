@@ -158,7 +158,8 @@ class GpuWorker(Actor):
 
     def on_start(self, ctx: Context) -> None:
         self.io = effects_name(ctx.name)  # it ran setup() and made the communicator before this
-        request = self.protocol.join_request(run_id=self.run_id, model_signature=self.model_signature)
+        request = self.protocol.join_request(run_id=self.run_id, model_signature=self.model_signature,
+                                             evaluates=type(self).evaluate is not GpuWorker.evaluate)
         ctx.ask(self.coordinator, request, timeout=60)
 
     @handler

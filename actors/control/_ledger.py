@@ -67,7 +67,7 @@ class CoordinatorConfig(msgspec.Struct, frozen=True, kw_only=True):
     save_stem: str = ""
     #: Form the process group at start (one rank generates the id, every rank gets
     #: ``NewNcclSession``) instead of leaving the first formation to the workers.
-    form_group: bool = False
+    form_group: bool = True
     #: Seconds to wait, once every rank was lost, for the launcher to start them again (torchrun's
     #: ``--max-restarts``): the new incarnations resume from the last checkpoint (``checkpoint_every``)
     #: and the run goes on.  0: a run that lost every rank ends (``all_ranks_lost``).
@@ -118,6 +118,8 @@ class RankState:
         self.last_seen = now
         self.silence_warned = 1  # silence past this many staleness timeouts was reported
         self.joined_at = now
+        #: It can run an eval (``JoinRequest.evaluates``).
+        self.evaluates = True
         self._alive = True
         self._exited = False
         self._waiting = False

@@ -307,10 +307,10 @@ class RankProtocol:
     # -- joining ------------------------------------------------------------------------------
 
     def join_request(self, *, run_id: str, model_signature: str, host: str = "", pid: int = 0,
-                     dataset_size: int = 0) -> JoinRequest:
+                     dataset_size: int = 0, evaluates: bool = True) -> JoinRequest:
         return JoinRequest(rank=self.rank, world_size=self.world_size, run_id=run_id,
                            model_signature=model_signature, host=host, pid=pid, dataset_size=dataset_size,
-                           relay=self.relay)
+                           relay=self.relay, evaluates=evaluates)
 
     @property
     def reports_to(self) -> str:

@@ -50,6 +50,10 @@ def all_reduce(comm: Communicator | None, params: list[Any], weight: int,
         return str(exc), None
 
 
+#: The group id a rank without a communicator hands out when asked for one.
+NO_GROUP = b"no-communicator"
+
+
 def form_group(comm: Communicator | None, session: NewNcclSession) -> str | None:
     """Join the group ``session`` describes; any error forming it is a formation failure, said."""
     if comm is None:
@@ -111,7 +115,9 @@ def carry_out(effect: _rank.Effect, protocol: _rank.RankProtocol, comm: Communic
         return protocol.group_formed(effect.session.attempt, form_group(comm, effect.session), now())
     if isinstance(effect, _rank.MakeGroupId):
         if comm is None:
-            return []  # no group to form here: the coordinator asks another rank
+            # No communicator, nothing to form (joining the group is a no-op here): a nominal id
+            # lets the others go on at once instead of after the coordinator's rendezvous timeout.
+            return protocol.group_id_made(effect.attempt, NO_GROUP, None)
         return protocol.group_id_made(effect.attempt, *new_group_id(comm))
     if isinstance(effect, _rank.AbortGroup):
         if comm is not None:

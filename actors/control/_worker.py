@@ -119,7 +119,7 @@ class Worker:
         signature = model_signature if model_signature is not None else _model_signature(model)
         request = self.protocol.join_request(run_id=self.system.run_id, model_signature=signature,
                                              host=socket.gethostname(), pid=os.getpid(),
-                                             dataset_size=dataset_size or 0)
+                                             dataset_size=dataset_size or 0, evaluates=eval_fn is not None)
         reply = self.inbox.ask(coordinator, request, timeout=join_timeout)
         self.protocol.join_reply(reply, time.monotonic())  # a refusal raises WorkerError with the reason
         #: ``(path, epoch)`` of the checkpoint this rank loaded at its join (every rank had been lost

@@ -830,14 +830,14 @@ class ActorSystem:
         return f"<ActorSystem {role} run={self.run_id} node={self.node_id} actors={sorted(self._cells)}>"
 
 
-def _hold_signals() -> set[signal.Signals] | None:
+def _hold_signals() -> set[int | signal.Signals] | None:
     """Block SIGINT and SIGTERM in the main thread (they stay pending); the mask it replaced, or None."""
     if threading.current_thread() is not threading.main_thread():
         return None
     return signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGINT, signal.SIGTERM})
 
 
-def _release_signals(held: set[signal.Signals] | None) -> None:
+def _release_signals(held: set[int | signal.Signals] | None) -> None:
     if held is not None:
         signal.pthread_sigmask(signal.SIG_SETMASK, held)
 

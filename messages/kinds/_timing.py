@@ -139,6 +139,9 @@ class JoinRequest(Message, frozen=True, tag="join_request"):
     #: The relay this rank's ``Batch`` and ``Heartbeat`` reports go through ("": straight to the
     #: coordinator).  The coordinator takes a relay's report for this rank from that name only.
     relay: str = ""
+    #: Whether this rank can run an eval (it has an eval function); the coordinator asks only
+    #: those, and none when no rank can.
+    evaluates: bool = True
 
 
 class RelayReport(Message, frozen=True, tag="relay_report"):

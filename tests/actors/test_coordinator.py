@@ -15,8 +15,9 @@ RUN = "run-1"
 
 
 def make(world: int = 3, **overrides) -> ActorHarness:
+    # Without form_group (the default forms the group at the start): the rules below, group aside.
     config = dict(world_size=world, run_id=RUN, num_epochs=2, dataset_size=90, batch_size=1, sync_every=2,
-                  staleness_timeout=3.0, tick_interval=1.0, metrics_sink="main")
+                  staleness_timeout=3.0, tick_interval=1.0, metrics_sink="main", form_group=False)
     config.update(overrides)
     h = ActorHarness(Coordinator(**config), name="coordinator", peers=["main"])
     h.start()
@@ -1137,3 +1138,55 @@ def test_without_restart_wait_every_rank_stopped_says_how_to_recover() -> None:
 def test_restart_wait_is_validated() -> None:
     with pytest.raises(Exception, match="restart_wait must be >= 0 seconds, got -1"):
         Coordinator(world_size=1, run_id=RUN, num_epochs=1, dataset_size=1, restart_wait=-1)
+
+
+def test_the_defaults_form_the_group_at_the_start_and_ask_evals_only_of_ranks_that_can() -> None:
+    """With the defaults every run logged "all-reduce failed; asking for a new group" three times at the
+    start (no group was formed) and "eval failed; not retried ... no eval function given" after every
+    epoch (evals went to ranks without an eval function)."""
+    for evaluators in ([], [1]):
+        h = ActorHarness(Coordinator(world_size=2, run_id=RUN, num_epochs=2, dataset_size=10, metrics_sink="main"),
+                         name="coordinator", peers=["main"])
+        h.start()
+        for rank in range(2):
+            h.ask(m.JoinRequest(rank=rank, world_size=2, run_id=RUN, evaluates=rank in evaluators),
+                  sender=f"worker/{rank}")
+        assert len(sent(h, m.RequestNewNcclId)) == 1  # the group is formed before anyone trains
+        for rank in range(2):
+            metrics(h, rank, 0, batches=0)
+        asked = [target for target, _ in sent(h, m.ExecuteEval)]
+        assert asked == [f"worker/{r}" for r in evaluators]
+
+
+def test_the_docs_table_lists_every_setting_with_its_default() -> None:
+    """`Coordinator(**config)` had no documented parameters: its docstring pointed to a page that did not list them."""
+    import re
+
+    import msgspec
+
+    from actorwire.actors.control import CoordinatorConfig
+
+    page = (pathlib.Path(__file__).resolve().parents[2] / "docs" / "control-plane.md").read_text()
+    section = page.split("## The coordinator's settings", 1)[1].split("\n## ", 1)[0]
+    rows = dict(re.findall(r"^\| `(\w+)` \| ([^|]+?) \|", section, re.M))
+    want = {f.name: "required" if f.required else f"`{f.default!r}`" for f in msgspec.structs.fields(CoordinatorConfig)}
+    assert rows == want
+
+
+@pytest.mark.parametrize(("config", "error"), [
+    (dict(wrold_size=3), "Coordinator: no setting named 'wrold_size'; the settings are world_size, run_id,"),
+    (dict(world_size="three"), "Coordinator: Expected `int`, got `str` - at `$.world_size`"),
+    (dict(num_epochs=None), "Coordinator: num_epochs must be given"),
+])
+def test_a_bad_setting_is_one_error_naming_it(config: dict, error: str) -> None:
+    from actorwire.transport._errors import InvalidArgument
+
+    full = dict(world_size=3, run_id=RUN, num_epochs=2, dataset_size=9)
+    full.update(config)
+    if config.get("num_epochs", 0) is None:
+        del full["num_epochs"]
+    if "wrold_size" in config:
+        del full["world_size"]
+    with pytest.raises(InvalidArgument) as info:
+        Coordinator(**full)
+    assert str(info.value).startswith(error)

@@ -89,3 +89,10 @@ def test_every_flag_a_cli_page_names_is_in_the_commands_help(page: pathlib.Path)
 #: Flags a cli page may name that belong to something else (pytest, a launcher, python).
 _ELSEWHERE = {"--nproc-per-node", "--nnodes", "--node-rank", "--master-addr", "--rdzv-endpoint", "--ntasks",
               "--nodes", "--standalone"}
+
+
+def test_the_getting_started_script_on_the_page_is_the_example_file() -> None:
+    """The page teaches the file the console block runs: the two must not drift apart."""
+    page = (ROOT / "docs" / "getting-started.md").read_text()
+    source = (ROOT / "examples" / "getting_started.py").read_text()
+    assert any(block == source for block in BLOCK.findall(page)), "docs/getting-started.md and the example differ"
