@@ -15,7 +15,7 @@ PUBLIC = {
     "actorwire.messages": {
         "ActorwireError", "AnyMessage", "AskFailed", "BY_KIND", "Batch", "BeginSync", "Checkpoint",
         "CheckpointResult", "Codec", "ControlMsg", "CoordHeartbeat", "DEFAULT_MAX_MESSAGE_SIZE", "DeclareDead",
-        "DecodeError", "Down", "DownReason", "EndSync", "Evicted", "Envelope", "EpochAggregated", "EpochFnElapsed",
+        "DecodeError", "Down", "DownReason", "EndSync", "Evicted", "RankLost", "GroupFormed", "Envelope", "EpochAggregated", "EpochFnElapsed",
         "EpochMetrics", "ErrorCode", "ErrorReply", "EvalBroadcast", "EvalResult", "ExecuteEval", "Exiting",
         "ExtendPartition", "FAMILIES", "FreeGroup", "GroupsFreed", "Heartbeat", "HeldNames", "Intent",
         "IntentKind", "JoinAccepted", "JoinRejected", "JoinRequest", "LrUpdate", "MESSAGE_TYPES",

@@ -13,8 +13,8 @@ finishes.  ``--record DIR`` records every actor for ``actorwire log`` and
 from __future__ import annotations
 
 import argparse
-import math
 import os
+import pathlib
 import shutil
 import subprocess
 import sys
@@ -24,6 +24,7 @@ from typing import Any
 
 from actorwire import messages as m
 from actorwire.actors import _names
+from actorwire.actors.cli._summary import summary_path_problem, write_summary
 from actorwire.actors.control._coordinator import Coordinator
 from actorwire.actors.runtime._launch import ChildProcess
 from actorwire.actors.runtime._system import ActorSystem
@@ -94,9 +95,11 @@ def run_demo(args: argparse.Namespace) -> int:
         if not at_start and (at_epoch is None or not 0 <= at_epoch < epochs):
             print(f"actorwire demo: --at-epoch must be 'start' or between 0 and {epochs - 1}, got {args.at_epoch}")
             return 2
+    problem = summary_path_problem(getattr(args, "summary", None))
+    if problem is not None:
+        print(f"actorwire demo: {problem}")
+        return 2
     if args.record is not None:
-        import pathlib
-
         where = pathlib.Path(args.record)
         if where.exists() and not where.is_dir():
             print(f"actorwire demo: --record {args.record}: not a directory")
@@ -127,10 +130,12 @@ def run_demo(args: argparse.Namespace) -> int:
             try:
                 run_id = system.run_id
                 inbox = system.inbox("main")
-                system.spawn(Coordinator(world_size=workers, run_id=system.run_id, num_epochs=epochs, dataset_size=dataset,
-                                         batch_size=32, sync_every=8, eval_every=2, checkpoint_every=2, form_group=True,
-                                         metrics_sink="main", save_stem=f"{save_dir}/run", tick_interval=0.5,
-                                         staleness_timeout=10.0, join_timeout=45.0, min_world_size=min_world), "coordinator")
+                coordinator = Coordinator(world_size=workers, run_id=system.run_id, num_epochs=epochs,
+                                          dataset_size=dataset, batch_size=32, sync_every=8, eval_every=2,
+                                          checkpoint_every=2, form_group=True, metrics_sink="main",
+                                          save_stem=f"{save_dir}/run", tick_interval=0.5, staleness_timeout=10.0,
+                                          join_timeout=45.0, min_world_size=min_world)
+                system.spawn(coordinator, "coordinator")
                 inbox.watch("coordinator")
                 consumers = _spawn_consumers(system, workers)
                 env = {"DEMO_DATASET": str(dataset), "DEMO_SAVE_STEM": f"{save_dir}/run",
@@ -141,7 +146,7 @@ def run_demo(args: argparse.Namespace) -> int:
                             for rank in range(workers)}
                 print(f"run {system.run_id}: coordinator here, {workers} workers "
                       f"(pids {', '.join(str(c.pid) for c in children.values())}), {epochs} epochs, {backend} all-reduce")
-                print(f"{'epoch':>5}  {'loss':>8}  {'mse':>8}  {'ms':>7}  samples per rank")
+                print(f"{'epoch':>5}  {'loss':>8}  {'ms':>7}  samples per rank")
                 kill_at = at_epoch if args.kill_rank is not None else None
                 killed = None
                 killed_at = 0.0
@@ -189,10 +194,17 @@ def run_demo(args: argparse.Namespace) -> int:
                     elif isinstance(msg, m.EpochMetrics):
                         finished.add(msg.epoch)
                         samples = " ".join(f"{s:>5}" for s in msg.per_rank_samples)
-                        mse = msg.scalars.get("mse", math.nan)
-                        print(f"{msg.epoch:>5}  {msg.avg_loss:>8.4f}  {mse:>8.4f}  {msg.epoch_ms:>7.1f}  {samples}")
+                        print(f"{msg.epoch:>5}  {msg.avg_loss:>8.4f}  {msg.epoch_ms:>7.1f}  {samples}")
                     elif isinstance(msg, m.EvalBroadcast):
-                        print(f"   eval after epoch {msg.epoch}: validation mse {msg.metric:.4f}")
+                        # An eval asked at the start of epoch E sees epochs 0..E-1: "after epoch E-1", in
+                        # the table's (0-based) numbering.
+                        print(f"   eval after epoch {msg.epoch - 1}: validation mse {msg.metric:.4f}")
+                    elif isinstance(msg, m.RankLost):
+                        when = f"in epoch {msg.epoch}" if msg.epoch >= 0 else "before the run started"
+                        print(f"   -- rank {msg.rank} lost {when} ({msg.reason}); {msg.world_size} rank(s) go on")
+                    elif isinstance(msg, m.GroupFormed):
+                        print(f"   -- the group formed again: ranks {msg.ranks}, world size {msg.world_size}, "
+                              f"{msg.seconds:.2f} s after the loss")
                     elif isinstance(msg, m.Down) and msg.name == "coordinator":
                         break
                     if waiting is not None and (finished or ended is not None):  # it went on without someone
@@ -221,9 +233,13 @@ def run_demo(args: argparse.Namespace) -> int:
                   f"`{cli} replay {where} --actor coordinator`")
         # The outcome is the run's, not the workers': a run that finished with survivors succeeded,
         # whoever killed a rank; one that ended early (or lost an epoch) failed.
-        complete = ended is None and finished == set(range(epochs))
+        outcome = coordinator.outcome()
+        complete = outcome.complete and ended is None and finished == set(range(epochs))
         if not complete and ended is None:
             print(f"the run ended after epochs {sorted(finished)} of {epochs}")
+        print(outcome.line)
+        if getattr(args, "summary", None):
+            write_summary(args.summary, outcome.summary())
         if cli == "actorwire":
             print("more: `actorwire --help`")
         else:  # `make demo` runs the venv's script, which is not on PATH until the venv is active

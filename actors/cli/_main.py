@@ -224,7 +224,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="epoch of the kill (default 1, or 0 in a one-epoch run), or 'start': before the worker "
                         "has joined")
     p.add_argument("--min-world-size", type=_positive, metavar="N",
-                   help="the fewest workers the run starts with (default 1: it goes on with whoever is left)")
+                   help="the fewest workers the run goes on with, at its start and after any loss (default 1)")
+    p.add_argument("--summary", metavar="PATH",
+                   help="write how the run ended as JSON to PATH (epochs trained, ranks lost and why, exit reason)")
     p.add_argument("--record", metavar="DIR", help="record every actor's messages into DIR")
     p.add_argument("--keep", action="store_true", help="keep the run's checkpoints (in a temp dir, named at the end)")
     p.add_argument("--backend", choices=["gloo", "nccl"], default="gloo",

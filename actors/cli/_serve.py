@@ -36,6 +36,7 @@ def cmd_keygen(args: argparse.Namespace) -> int:
 
 
 def cmd_coordinator(args: argparse.Namespace) -> int:
+    from actorwire.actors.cli._summary import summary_path_problem, write_summary
     from actorwire.actors.control._coordinator import Coordinator
     from actorwire.actors.runtime._launch import launch_env
     from actorwire.actors.runtime._system import ActorSystem
@@ -43,6 +44,10 @@ def cmd_coordinator(args: argparse.Namespace) -> int:
 
     if not is_tcp(args.bind):
         print(f"actorwire coordinator: --bind must be tcp://HOST:PORT, got {args.bind!r}", file=sys.stderr)
+        return 2
+    problem = summary_path_problem(args.summary)
+    if problem is not None:
+        print(f"actorwire coordinator: {problem}", file=sys.stderr)
         return 2
     found = launch_env()
     run_id = (args.run_id or found.run_id or os.environ.get("TORCHELASTIC_RUN_ID") or os.environ.get("SLURM_JOB_ID")
@@ -93,15 +98,25 @@ def cmd_coordinator(args: argparse.Namespace) -> int:
                 scalars = "".join(f" {name} {value:.4f}" for name, value in sorted(msg.scalars.items()))
                 print(f"epoch {msg.epoch}: loss {msg.avg_loss:.4f}{scalars} {msg.epoch_ms:.0f} ms "
                       f"samples {msg.per_rank_samples}", flush=True)
-            elif isinstance(msg, m.EvalBroadcast):
-                print(f"eval after epoch {msg.epoch}: {msg.metric:.4f}", flush=True)
+            elif isinstance(msg, m.EvalBroadcast):  # asked at the start of epoch E: it sees 0..E-1
+                print(f"eval after epoch {msg.epoch - 1}: {msg.metric:.4f}", flush=True)
+            elif isinstance(msg, m.RankLost):
+                when = f"in epoch {msg.epoch}" if msg.epoch >= 0 else "before the run started"
+                print(f"rank {msg.rank} lost {when} ({msg.reason}); {msg.world_size} rank(s) go on", flush=True)
+            elif isinstance(msg, m.GroupFormed):
+                print(f"the group formed again: ranks {msg.ranks}, world size {msg.world_size}, "
+                      f"{msg.seconds:.2f} s after the loss", flush=True)
             elif isinstance(msg, m.Down) and msg.name == "coordinator":
                 break
     if done.is_set():
         print("run stopped by SIGTERM")
+        if args.summary:
+            write_summary(args.summary, coordinator.outcome().summary())
         return 1
     outcome = coordinator.outcome()
     print(outcome.line, flush=True)
+    if args.summary:
+        write_summary(args.summary, outcome.summary())
     return outcome.exit_code
 
 
@@ -130,6 +145,8 @@ def add_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-a
                         "the workers need an eval function)")
     p.add_argument("--min-world-size", type=_positive, metavar="N",
                    help="the fewest workers the run goes on with, at its start and at any time (default 1)")
+    p.add_argument("--summary", metavar="PATH",
+                   help="write how the run ended as JSON to PATH (epochs trained, ranks lost and why, exit reason)")
     p.add_argument("--checkpoint-every", type=_non_negative, default=0, metavar="N",
                    help="ask one worker to save a checkpoint every N epochs (default 0: never; the workers need "
                         "a checkpoint function)")

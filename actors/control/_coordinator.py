@@ -60,6 +60,7 @@ from actorwire.messages import (
     ExecuteEval,
     Exiting,
     ExtendPartition,
+    GroupFormed,
     Heartbeat,
     Intent,
     IntentKind,
@@ -72,6 +73,7 @@ from actorwire.messages import (
     NewNcclIdGenerated,
     NewNcclSession,
     RankExited,
+    RankLost,
     RankStatus,
     RelayReport,
     RequestNewNcclId,
@@ -203,6 +205,9 @@ class Coordinator(Actor):
         self._restart_since: float | None = None
         #: One line per whole-group restart the run recovered from.
         self.restarts: list[str] = []
+        #: Since when the run waits for a new group (a loss or a rejoin), and the session attempt then:
+        #: the first sync completed on a later session is the group formed again (``GroupFormed``).
+        self._regroup: tuple[float, int] | None = None
 
     def config(self) -> dict[str, Any]:
         return dict(self._config_kwargs)
@@ -402,6 +407,8 @@ class Coordinator(Actor):
         self.failures += 1
         self.lost_at_start[msg.rank] = f"{msg.detail or 'exited'} before it joined"
         ctx.log.error("rank lost before joining", rank=msg.rank, phase=self.phase, reason=msg.detail)
+        self._sink(ctx, RankLost(rank=msg.rank, epoch=-1, reason=self.lost_at_start[msg.rank],
+                                 world_size=self._in_run_count))
         self._maybe_begin(ctx)
 
     def _maybe_begin(self, ctx: Context) -> None:
@@ -533,6 +540,8 @@ class Coordinator(Actor):
             self.failures += 1
             self.lost_at_start[r.rank] = f"died while the others were joining ({why})"
             ctx.log.error("rank lost", rank=r.rank, phase=self.phase, reason=why)
+            self._sink(ctx, RankLost(rank=r.rank, epoch=-1, reason=f"died while the others were joining ({why})",
+                                     world_size=self._in_run_count))
             self._maybe_begin(ctx)
             return
         # The remainder is computed before the ledger changes: once the rank is
@@ -553,6 +562,9 @@ class Coordinator(Actor):
         self.failures += 1
         self.sync_acked.discard(r.rank)
         ctx.log.error("rank lost", rank=r.rank, phase=self.phase, epoch=self.epoch, reason=why, remainder=remainder)
+        self._sink(ctx, RankLost(rank=r.rank, epoch=self.epoch, reason=why, world_size=len(self.alive())))
+        if self._regroup is None:
+            self._regroup = (ctx.now(), self.session_attempt)
         held_eval = r.rank == self.eval_role
         if r.rank in (self.eval_role, self.checkpoint_role, self.epoch_role):
             self._elect_roles(ctx, force=True)
@@ -831,6 +843,8 @@ class Coordinator(Actor):
         self.window_started = ctx.now()
         if joining:  # the group must take the rejoined ranks in
             ctx.log.warning("rejoined ranks take part from this epoch", epoch=epoch, ranks=[r.rank for r in joining])
+            if self._regroup is None:
+                self._regroup = (ctx.now(), self.session_attempt)
             self.rendezvous = None
             self._start_rendezvous(ctx, fresh=True)
         self._maybe_sync(ctx)  # the ranks that do not hold the model take it before they train
@@ -1093,6 +1107,13 @@ class Coordinator(Actor):
             self.anchor = adapt_anchor(self.anchor, sync_s / window_s, self.settings.overhead_target)
         self._set_quotas()
         self.window_started = now
+        if self._regroup is not None and self.session_attempt > self._regroup[1]:
+            # The first sync on a group formed after the loss: the run is whole again.
+            ranks = sorted(self._alive_ids())
+            seconds = round(now - self._regroup[0], 3)
+            self._regroup = None
+            ctx.log.warning("the group formed again", ranks=ranks, world_size=len(ranks), seconds=seconds)
+            self._sink(ctx, GroupFormed(ranks=ranks, world_size=len(ranks), seconds=seconds))
         self._tell_all(ctx, SetGlobalStep(global_step=self.global_step))
         self._maybe_aggregate(ctx)
         self._maybe_finish(ctx)
@@ -1217,7 +1238,11 @@ class Coordinator(Actor):
             why = f"{self.saved.value}: {self.saved_detail}" if self.saved is not None else "it was stopped"
             line = (f"run did not finish: {trained} of {c.num_epochs} epochs trained ({why})"
                     + (f"; lost: {losses}" if losses else ""))
-        return RunOutcome(complete=complete, epochs=trained, lost=lost, finished=finished, line=line)
+        reason = "completed" if complete else (self.saved.value if self.saved is not None else "stopped")
+        return RunOutcome(complete=complete, epochs=trained, lost=lost, finished=finished, line=line,
+                          num_epochs=c.num_epochs, world_size=c.world_size, reason=reason,
+                          detail=self.saved_detail if self.saved is not None else "",
+                          rejoined=sorted(self.rejoined), restarts=list(self.restarts))
 
     def _meta(self, reason: SaveReason, ctx: Context) -> dict[str, Any]:
         return {
@@ -1257,10 +1282,26 @@ class RunOutcome:
     lost: dict[int, str]
     finished: list[int]
     line: str
+    num_epochs: int = 0
+    world_size: int = 0
+    #: ``completed``, the save reason (``too_few_ranks``, ``all_ranks_lost``, ...), or ``stopped``.
+    reason: str = ""
+    detail: str = ""
+    rejoined: list[int] = dataclasses.field(default_factory=list)
+    restarts: list[str] = dataclasses.field(default_factory=list)
 
     @property
     def exit_code(self) -> int:
         return 0 if self.complete else 1
+
+    def summary(self) -> dict[str, Any]:
+        """The outcome as JSON-able data (``--summary PATH``; docs/control-plane.md, "How a run ends")."""
+        return {"schema": "actorwire.run_summary/1", "complete": self.complete, "exit_code": self.exit_code,
+                "reason": self.reason, "detail": self.detail, "epochs_trained": self.epochs,
+                "num_epochs": self.num_epochs, "world_size": self.world_size,
+                "lost": {str(rank): why for rank, why in sorted(self.lost.items())},
+                "recovered": self.complete and bool(self.lost), "rejoined": self.rejoined,
+                "restarts": self.restarts, "finished": self.finished, "line": self.line}
 
 
 class CoordinatorEffects(EffectsAdapter):

@@ -170,6 +170,26 @@ class Evicted(Message, frozen=True, tag="evicted"):
     detail: str = ""
 
 
+class RankLost(Message, frozen=True, tag="rank_lost"):
+    """To the run's owner (the metrics sink): a rank was lost, and the run goes on with
+    ``world_size`` ranks (0 when it cannot go on)."""
+
+    rank: Count
+    #: The epoch it was lost in (-1: before the run started).
+    epoch: int
+    reason: str
+    world_size: Count
+
+
+class GroupFormed(Message, frozen=True, tag="group_formed"):
+    """To the run's owner: after a loss (or a rejoin), the ranks in the run formed a new group and
+    completed a sync on it, ``seconds`` after the loss."""
+
+    ranks: list[Count]
+    world_size: Count
+    seconds: float
+
+
 class CoordHeartbeat(Message, frozen=True, tag="coord_heartbeat"):
     """Coordinator liveness beacon (about once a second)."""
 
@@ -299,6 +319,8 @@ ControlMsg = Union[
     Shutdown,
     ShutdownWithSave,
     Evicted,
+    RankLost,
+    GroupFormed,
     CoordHeartbeat,
     JoinAccepted,
     JoinRejected,

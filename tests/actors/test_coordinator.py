@@ -1190,3 +1190,27 @@ def test_a_bad_setting_is_one_error_naming_it(config: dict, error: str) -> None:
     with pytest.raises(InvalidArgument) as info:
         Coordinator(**full)
     assert str(info.value).startswith(error)
+
+
+def test_the_run_s_owner_hears_of_a_loss_and_of_the_group_formed_again_with_how_long_it_took() -> None:
+    """After `demo --kill-rank 1` the story was split between the table and raw log lines: no line
+    said that the group re-formed, with which ranks, how fast."""
+    h = make()
+    join_all(h)
+    for rank in range(3):
+        batch(h, rank, 1)
+    h.take()
+    h.advance(0.5)
+    h.down("worker/1", m.DownReason.DEAD, "status -9")
+    out = h.take()
+    (lost,) = [s.message for s in out if s.target == "main" and isinstance(s.message, m.RankLost)]
+    assert lost == m.RankLost(rank=1, epoch=0, reason="dead: status -9", world_size=2)
+    (request,) = [s for s in out if isinstance(s.message, m.RequestNewNcclId)]
+    h.advance(1.5)
+    h.deliver(m.NewNcclIdGenerated(rank=int(request.target[-1]), uid=b"u", attempt=0), sender=request.target)
+    assert [s for s in h.outbox if isinstance(s.message, m.GroupFormed)] == []  # formed only once a sync went through
+    for rank in (0, 2):
+        batch(h, rank, 1)
+    settle(h)
+    (formed,) = [s.message for s in h.take() if s.target == "main" and isinstance(s.message, m.GroupFormed)]
+    assert formed == m.GroupFormed(ranks=[0, 2], world_size=2, seconds=1.5)

@@ -51,7 +51,10 @@ def test_demo_trains_and_ends_cleanly(tmp_path: pathlib.Path) -> None:
     starts = {e["id"]: tracks[e["tid"]] for e in events if e["ph"] == "s"}
     assert {starts[e["id"]] for e in events if e["ph"] == "f"} >= {"worker/0", "worker/1", "worker/2"}
     assert _epochs(proc.stdout) == [0, 1, 2, 3]
-    assert "eval after epoch 2" in proc.stdout and "no rank lost" in proc.stdout
+    # Evals are numbered as the epoch table is (0-based): they were "after epoch 2/4" against epochs 0-3.
+    assert "eval after epoch 1:" in proc.stdout and "eval after epoch 3:" in proc.stdout, proc.stdout
+    assert "no rank lost" in proc.stdout
+    assert "mse" not in proc.stdout.splitlines()[1]  # one loss column (loss and mse were always the same)
     assert "worker exit codes {0: 0, 1: 0, 2: 0}" in proc.stdout
     losses = [float(line.split()[1]) for line in proc.stdout.splitlines() if re.match(r"^\s+\d+\s+\d+\.\d+", line)]
     assert losses[-1] < losses[0]  # it learns
@@ -59,15 +62,28 @@ def test_demo_trains_and_ends_cleanly(tmp_path: pathlib.Path) -> None:
 
 @pytest.mark.parametrize("epoch", [0, 2])
 def test_killed_rank_is_recovered_and_the_coordinator_replays(epoch: int, tmp_path: pathlib.Path) -> None:
-    proc = _demo("--kill-rank", "1", "--at-epoch", str(epoch), "--record", str(tmp_path))
+    summary = tmp_path / "summary.json"
+    proc = _demo("--kill-rank", "1", "--at-epoch", str(epoch), "--record", str(tmp_path / "rec"),
+                 "--summary", str(summary))
     assert proc.returncode == 0, proc.stdout + proc.stderr[-3000:]
+    # The recovery told as it happens, and as data: the loss, the group formed again, the outcome.
+    assert re.search(rf"-- rank 1 lost in epoch {epoch} \(.+\); 2 rank\(s\) go on", proc.stdout), proc.stdout
+    assert re.search(r"-- the group formed again: ranks \[0, 2\], world size 2, \d+\.\d\d s after the loss",
+                     proc.stdout), proc.stdout
+    assert "run ended: every epoch trained (4/4), recovered from 1 lost rank(s) (rank 1 lost in epoch" in proc.stdout
+    import json
+
+    data = json.loads(summary.read_text())
+    assert (data["complete"], data["recovered"], data["exit_code"], data["reason"]) == (True, True, 0, "completed")
+    assert data["epochs_trained"] == data["num_epochs"] == 4 and list(data["lost"]) == ["1"]
+    assert data["finished"] == [0, 2]
     assert f"SIGKILLed rank 1 during epoch {epoch}" in proc.stdout
     # The kill lands inside the epoch: the samples rank 1 had not trained were handed over (the
     # kill used to land after the ~50 ms epochs had ended, and nothing failed over).
     assert f"a rank was lost during epoch {epoch}" in proc.stdout, proc.stdout
     assert "lost rank(s): [1]" in proc.stdout
     assert _epochs(proc.stdout) == [0, 1, 2, 3]
-    replay = subprocess.run([sys.executable, "-m", "actorwire", "replay", str(tmp_path), "--actor", "coordinator"],
+    replay = subprocess.run([sys.executable, "-m", "actorwire", "replay", str(tmp_path / "rec"), "--actor", "coordinator"],
                             capture_output=True, text=True, timeout=60)
     assert replay.returncode == 0, replay.stdout + replay.stderr
     assert replay.stdout.strip().endswith("messages replayed, 0 divergences")
@@ -81,6 +97,8 @@ def test_demo_rejects_bad_arguments() -> None:
     assert proc.returncode == 2 and "--at-epoch must be 'start' or between 0 and 3, got 9" in proc.stdout
     proc = _demo("--min-world-size", "4")
     assert proc.returncode == 2 and "--min-world-size must be at most --workers (3), got 4" in proc.stdout
+    proc = _demo("--summary", "/nonexistent-dir/s.json")
+    assert proc.returncode == 2 and "--summary /nonexistent-dir/s.json: no directory /nonexistent-dir" in proc.stdout
 
 
 def test_a_rank_killed_before_it_joined_leaves_the_run_to_the_others() -> None:
@@ -96,6 +114,7 @@ def test_too_few_ranks_to_start_ends_the_run_with_one_line_naming_the_rank() -> 
     proc = _demo("--kill-rank", "1", "--at-epoch", "start", "--min-world-size", "3")
     assert proc.returncode == 1, proc.stdout + proc.stderr[-3000:]
     assert "the run cannot go on (too_few_ranks): rank 1 killed by signal 9 before it joined" in proc.stdout
+    assert "run did not finish: 0 of 4 epochs trained (too_few_ranks" in proc.stdout
     assert _epochs(proc.stdout) == []
 
 
