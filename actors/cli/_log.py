@@ -667,10 +667,11 @@ def cmd_replay(args: argparse.Namespace) -> int:
         print(json.dumps({"actor": report.actor, "actor_class": report.actor_class, "messages": report.messages,
                           "ok": report.ok, "divergences": [dataclasses.asdict(d) for d in report.divergences],
                           **({"state": report.state} if args.state else {})}))
+    elif args.state:  # stdout is the JSON alone (`--state > state.json`); the summary goes to stderr
+        note(printable(report.summary()))
+        print(json.dumps(report.state, indent=2, sort_keys=True))
     else:
         print(printable(report.summary()))
-        if args.state:
-            print(json.dumps(report.state, indent=2, sort_keys=True))
     return 0 if report.ok else 1
 
 

@@ -127,6 +127,16 @@ def _cmd_bench(args: argparse.Namespace) -> int:
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
+    import importlib.util
+
+    try:
+        found = importlib.util.find_spec("torch") is not None
+    except (ImportError, ValueError):  # a broken or blocked install is as good as none
+        found = False
+    if not found:
+        print("actorwire demo: the demo trains a torch model, and torch is not installed here: "
+              "pip install torch (or `make venv`, which installs a CPU build)", file=sys.stderr)
+        return 2
     from actorwire.actors.cli._demo import run_demo
 
     return run_demo(args)
@@ -232,7 +242,47 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--backend", choices=["gloo", "nccl"], default="gloo",
                    help="all-reduce backend: gloo on the CPU (default), or nccl with one GPU per worker")
     p.set_defaults(func=_cmd_demo)
+    _add_examples(parser, sub)
     return parser
+
+
+#: What ``--help`` ends with, per command: lines a user can paste.
+EXAMPLES: dict[str, list[str]] = {
+    "": ["actorwire demo", "actorwire demo --kill-rank 1 --at-epoch 2 --record runs/kill",
+         "actorwire status", "actorwire replay runs/kill --actor coordinator", "actorwire COMMAND --help"],
+    "demo": ["actorwire demo --workers 2 --epochs 2",
+             "actorwire demo --kill-rank 1 --at-epoch 2 --summary run.json",
+             "actorwire demo --record runs/demo   # then: actorwire log show runs/demo"],
+    "coordinator": ["actorwire keygen keys/ && export ACTORWIRE_KEYS=$PWD/keys",
+                    "actorwire coordinator --bind tcp://0.0.0.0:29555 --world-size 8 --dataset-size 50000 "
+                    "--epochs 10",
+                    "actorwire coordinator --bind tcp://0.0.0.0:29555 --dataset-size 1400 --checkpoint-every 1 "
+                    "--restart-wait 60   # under torchrun --max-restarts"],
+    "keygen": ["actorwire keygen keys/"],
+    "status": ["actorwire status", "actorwire status --json", "actorwire status --run 3f9c"],
+    "top": ["actorwire top", "actorwire top --run 3f9c"],
+    "messages": ["actorwire messages", "actorwire messages sync_now", "actorwire messages --schema"],
+    "bench": ["actorwire bench codec", "actorwire bench bus", "actorwire bench train --epochs 5"],
+    "simulate": ["actorwire simulate --seeds 1000", "actorwire simulate --seed 118 --verbose",
+                 "actorwire simulate --seeds 2000 --restarts"],
+    "log": ["actorwire log show runs/demo --kind epoch_metrics", "actorwire log stats runs/demo",
+            "actorwire log tail runs/demo/RUN/coordinator",
+            "actorwire log export runs/demo --perfetto trace.json"],
+    "replay": ["actorwire replay runs/demo --actor coordinator",
+               "actorwire replay runs/demo --actor coordinator --until 100 --state"],
+}
+
+
+def _add_examples(parser: argparse.ArgumentParser, sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
+    def epilog(lines: list[str]) -> str:
+        return "examples:\n" + "\n".join(f"  {line}" for line in lines)
+
+    parser.epilog = epilog(EXAMPLES[""])
+    parser.formatter_class = argparse.RawDescriptionHelpFormatter
+    for name, command in sub.choices.items():
+        if name in EXAMPLES:
+            command.epilog = epilog(EXAMPLES[name])
+            command.formatter_class = argparse.RawDescriptionHelpFormatter
 
 
 def _first_interrupt(signum: int, frame: object) -> None:

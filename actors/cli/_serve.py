@@ -76,8 +76,9 @@ def cmd_coordinator(args: argparse.Namespace) -> int:
                                  eval_every=args.eval_every, final_eval=args.eval_every > 0)
         system.spawn(coordinator, "coordinator")
         inbox.watch("coordinator")
+        join = reachable(system.endpoint)
         print(f"run {run_id}: coordinator listening on {system.endpoint}, waiting for {world} workers")
-        print(f"workers join with ACTORWIRE_JOIN={system.endpoint} ACTORWIRE_RUN_ID={run_id}"
+        print(f"workers join with ACTORWIRE_JOIN={join} ACTORWIRE_RUN_ID={run_id}"
               + (f" ACTORWIRE_KEYS={settings().keys}" if settings().keys else ""),
               flush=True)
         signal.signal(signal.SIGTERM, lambda *_: done.set())
@@ -118,6 +119,17 @@ def cmd_coordinator(args: argparse.Namespace) -> int:
     if args.summary:
         write_summary(args.summary, outcome.summary())
     return outcome.exit_code
+
+
+def reachable(endpoint: str) -> str:
+    """The address to give workers: a wildcard bind (``tcp://0.0.0.0:PORT``, ``tcp://*:PORT``) is
+    listening everywhere, not an address; this host's name is one the others can use."""
+    import socket
+
+    host, sep, port = endpoint.removeprefix("tcp://").rpartition(":")
+    if sep and host in ("0.0.0.0", "*", "[::]", "::"):
+        return f"tcp://{socket.getfqdn() or socket.gethostname()}:{port}"
+    return endpoint
 
 
 def add_parsers(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]

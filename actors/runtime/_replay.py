@@ -228,9 +228,27 @@ def load_records(path: str | pathlib.Path, actor: str | None = None,
 
 
 def actor_state(actor: Actor) -> dict[str, Any]:
-    """An actor's attributes as JSON-able values (anything else as its ``repr``)."""
-    return {key: msgspec.to_builtins(value, str_keys=True, enc_hook=repr)
+    """An actor's attributes as JSON-able values: objects of its own (a coordinator's ``RankState``
+    per rank) as their attributes, functions and what cannot be told apart as their ``repr``."""
+    return {key: _plain(value, 0)
             for key, value in sorted(vars(actor).items()) if not key.startswith("_actorwire")}
+
+
+def _plain(value: Any, depth: int) -> Any:
+    if depth > 8:  # a cycle, or nesting no one reads: said, not followed
+        return repr(value)
+    if isinstance(value, dict):
+        return {str(k): _plain(v, depth + 1) for k, v in value.items()}
+    if isinstance(value, (list, tuple, set, frozenset)):
+        items = sorted(value, key=repr) if isinstance(value, (set, frozenset)) else value
+        return [_plain(v, depth + 1) for v in items]
+    if callable(value):
+        return repr(value)
+    attrs = getattr(value, "__dict__", None)
+    if attrs is not None and not isinstance(value, msgspec.Struct) and not isinstance(value, type):
+        fields = {k.lstrip("_"): v for k, v in vars(value).items() if not callable(v)}
+        return {k: _plain(v, depth + 1) for k, v in sorted(fields.items())}
+    return msgspec.to_builtins(value, str_keys=True, enc_hook=repr)
 
 
 def _debug(actor: Actor, message: Message, ctx: ReplayContext, index: int) -> None:

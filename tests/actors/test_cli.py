@@ -197,3 +197,49 @@ def test_a_setting_the_library_refuses_is_one_line(tmp_path) -> None:
     out = proc.stderr + proc.stdout
     assert proc.returncode == 2 and "Traceback" not in out, out
     assert "is too long; set ACTORWIRE_RUNTIME_DIR to a shorter directory" in out
+
+
+def test_every_command_s_help_ends_with_examples_that_parse() -> None:
+    """`--help` had no examples."""
+    import shlex
+
+    from actorwire.actors.cli._main import EXAMPLES, build_parser
+
+    parser = build_parser()
+    assert "examples:" in parser.format_help()
+    for command, lines in EXAMPLES.items():
+        for line in lines:
+            text = line.split("#")[0].split("&&")[0].strip()
+            argv = shlex.split(text)[1:]
+            if not argv or "COMMAND" in argv:
+                continue
+            parser.parse_args(argv)  # a flag the command lacks exits 2 here
+
+
+def test_the_coordinator_names_a_reachable_address_not_the_wildcard() -> None:
+    """It told workers to join tcp://0.0.0.0:PORT."""
+    import socket
+
+    from actorwire.actors.cli._serve import reachable
+
+    assert reachable("tcp://0.0.0.0:29555") == f"tcp://{socket.getfqdn() or socket.gethostname()}:29555"
+    assert reachable("tcp://10.1.2.3:29555") == "tcp://10.1.2.3:29555"
+
+
+def test_the_demo_without_torch_is_one_line() -> None:
+    """It was a ModuleNotFoundError traceback."""
+    code = ("import sys; sys.modules['torch'] = None\n"
+            "from actorwire.actors.cli._main import main\nsys.exit(main(['demo']))")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr
+    assert proc.stderr.strip() == ("actorwire demo: the demo trains a torch model, and torch is not installed here: "
+                                   "pip install torch (or `make venv`, which installs a CPU build)")
+
+
+def test_secret_keys_are_ignored_by_git() -> None:
+    """`actorwire keygen keys/` in a checkout wrote secret keys git would have taken."""
+    root = pathlib.Path(__file__).resolve().parents[2]
+    if not (root / ".git").exists():
+        pytest.skip("not a git checkout")
+    for path in ("keys/node.key_secret", "keys/node.key", "elsewhere/node.key_secret"):
+        assert subprocess.run(["git", "check-ignore", "-q", path], cwd=root).returncode == 0, path

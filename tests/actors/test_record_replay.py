@@ -261,3 +261,31 @@ def test_corr_names_an_ask_with_its_asker(tmp_path: pathlib.Path) -> None:
     assert {r["dir"] for r in picked} == {"ask", "in", "reply"}
     none = show("--corr", f"nobody:{shared}")
     assert none.returncode == 1 and "no record matched the filters" in none.stderr
+
+
+def test_replay_state_on_stdout_is_json_alone(recording: pathlib.Path) -> None:
+    """`replay --until N --state > state.json`, as docs/recording.md shows, wrote a summary line first."""
+    env = {**os.environ, "PYTHONPATH": TESTS_DIR + os.pathsep + os.environ.get("PYTHONPATH", "")}
+    out = subprocess.run([sys.executable, "-m", "actorwire", "replay", str(recording), "--actor", "roller",
+                          "--actor-class", "_actors:Roller", "--until", "3", "--state"], capture_output=True,
+                         text=True, env=env, timeout=60)
+    assert out.returncode == 0, out.stderr
+    state = json.loads(out.stdout)
+    assert isinstance(state, dict) and state
+    assert "3 messages replayed, 0 divergences" in out.stderr
+
+
+def test_a_coordinator_s_state_shows_its_ranks_field_by_field() -> None:
+    """Its ranks appeared as `<RankState object at 0x...>`."""
+    from actorwire import messages as m
+    from actorwire.actors.control._coordinator import Coordinator
+    from actorwire.actors.runtime._replay import actor_state
+    from actorwire.actors.testing import ActorHarness
+
+    h = ActorHarness(Coordinator(world_size=2, run_id="r", num_epochs=1, dataset_size=4), name="coordinator")
+    h.start()
+    h.ask(m.JoinRequest(rank=0, world_size=2, run_id="r"), sender="worker/0")
+    state = json.loads(json.dumps(actor_state(h.actor)))
+    assert state["ranks"]["0"]["name"] == "worker/0" and state["ranks"]["0"]["alive"] is True
+    assert "object at 0x" not in json.dumps(state["ranks"])
+    assert state["settings"]["world_size"] == 2
