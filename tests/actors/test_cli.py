@@ -207,7 +207,7 @@ def test_every_command_s_help_ends_with_examples_that_parse() -> None:
 
     parser = build_parser()
     assert "examples:" in parser.format_help()
-    for command, lines in EXAMPLES.items():
+    for lines in EXAMPLES.values():
         for line in lines:
             text = line.split("#")[0].split("&&")[0].strip()
             argv = shlex.split(text)[1:]
