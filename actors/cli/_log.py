@@ -253,6 +253,19 @@ def _row(actor: str, record: Any) -> dict[str, Any]:
 _STYLES = {"in": "green", "tell": "cyan", "ask": "magenta", "reply": "yellow"}
 
 
+#: The columns of a record's line, in `log show` and `log tail` alike.
+HEADER = f"{'t (s)':>10}  {'actor':<16}    {'peer':<16} {'dir':<5} {'kind':<18} fields"
+
+
+def record_line(row: dict[str, Any], t: float) -> str:
+    """One record as a line under :data:`HEADER` (escaped: a recorded string cannot recolour the terminal)."""
+    arrow = "<-" if row["dir"] == "in" else "->"
+    body = " ".join(f"{k}={v}" for k, v in row["message"].items() if k != "type")
+    corr = f" corr={row['correlation_id']}" if row["correlation_id"] else ""
+    return printable(f"{t:10.6f}  {row['actor']:<16} {arrow} {row['peer']:<16} {row['dir']:<5} "
+                     f"{row['kind']:<18}{corr} {body}")
+
+
 def cmd_show(args: argparse.Namespace) -> int:
     where = Where(args.where) if args.where else None
     corr_asker, corr_id = _corr(args.corr)  # a bad filter is said before anything is read
@@ -293,11 +306,9 @@ def cmd_show(args: argparse.Namespace) -> int:
             if args.json:
                 print(json.dumps(row))
                 continue
-            arrow = "<-" if row["dir"] == "in" else "->"
-            body = " ".join(f"{k}={v}" for k, v in row["message"].items() if k != "type")
-            corr = f" corr={row['correlation_id']}" if row["correlation_id"] else ""
-            line = f"{t:10.6f}  {actor:<16} {arrow} {row['peer']:<16} {row['dir']:<5} {kind:<18}{corr} {body}"
-            line = printable(line)  # escaped first: a recorded string cannot recolour the terminal
+            if shown == 1:
+                print(HEADER)
+            line = record_line(row, t)
             if console is not None:
                 from rich.text import Text
 
@@ -519,6 +530,7 @@ def cmd_tail(args: argparse.Namespace) -> int:
     seen: dict[pathlib.Path, int] = {}
     deadline = None if args.seconds is None else time.monotonic() + args.seconds
     shown = 0
+    first: int | None = None
     while True:
         for path in sorted(directory.glob("seg-*.awlog")):
             try:
@@ -530,9 +542,11 @@ def cmd_tail(args: argparse.Namespace) -> int:
             for offset, record in records:
                 if isinstance(record, (In, Out)):
                     row = _row(segment.header.actor, record)
-                    print(json.dumps(row) if args.json else
-                          printable(f"{row['actor']} {'<-' if row['dir'] == 'in' else '->'} {row['peer']} "
-                                    f"{row['kind']} {row['message']}"), flush=True)
+                    first = record.wall_ns if first is None else first
+                    if not args.json and not shown:
+                        print(HEADER)
+                    print(json.dumps(row) if args.json else record_line(row, (record.wall_ns - first) / 1e9),
+                          flush=True)
                     shown += 1
                 seen[path] = offset + 1
         if not args.follow or (deadline is not None and time.monotonic() > deadline):
