@@ -223,6 +223,8 @@ class Coordinator(Actor):
                 how = "exited"
             elif state.waiting:
                 how = "waiting"
+            elif self.phase is Phase.JOINING:
+                how = "joined"  # waiting for the others before the first epoch
             else:
                 how = "training"
             ranks.append(RankStatus(rank=state.rank, state=how, epoch=state.reported_epoch, steps=state.total_steps,

@@ -18,7 +18,8 @@ class RankStatus(Record, frozen=True):
     """One training rank as its coordinator knows it."""
 
     rank: Count
-    #: ``training``, ``waiting`` (joins at the next epoch), ``exited`` or ``dead``.
+    #: ``joined`` (the run has not started), ``training``, ``waiting`` (joins at the next epoch),
+    #: ``exited`` or ``dead``.
     state: str
     #: The last epoch it reported done (-1: none yet), its steps in all and its pace.
     epoch: int = -1
