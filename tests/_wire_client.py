@@ -45,7 +45,8 @@ class WireClient:
     """
 
     def __init__(self, root: str, run_id: str, *, node_id: str | None = None,
-                 curve: tuple[bytes, bytes, bytes] | None = None, run_dir: str | None = None) -> None:
+                 curve: tuple[bytes, bytes, bytes] | None = None, run_dir: str | None = None,
+                 allow: str | None = None) -> None:
         self.run_id = run_id
         self.node_id = node_id or f"wire-{uuid.uuid4().hex[:8]}"
         self.ctx = zmq.Context()
@@ -62,6 +63,12 @@ class WireClient:
                 sock.setsockopt(zmq.CURVE_SERVERKEY, server)
                 sock.setsockopt(zmq.CURVE_PUBLICKEY, public)
                 sock.setsockopt(zmq.CURVE_SECRETKEY, secret)
+            if allow is not None:  # our tcp ROUTER admits only the run's keys (ZAP: pyzmq's authenticator)
+                from zmq.auth.thread import ThreadAuthenticator
+
+                self.auth: Any = ThreadAuthenticator(self.ctx)
+                self.auth.start()
+                self.auth.configure_curve(domain="*", location=allow)
             self.router.setsockopt(zmq.CURVE_SERVER, 1)
             self.router.setsockopt(zmq.CURVE_PUBLICKEY, public)
             self.router.setsockopt(zmq.CURVE_SECRETKEY, secret)
@@ -77,9 +84,12 @@ class WireClient:
         self.peers: set[bytes] = set()  # router identities that said hello
         self.inbox: list[tuple[bytes, list[Any], dict[str, Any]]] = []
         self.replies: dict[int, tuple[list[Any], dict[str, Any]]] = {}
+        self.own_seq: dict[str, int] = {}  # per sender: the counter of messages outside the streams (replies)
         self.node_messages: list[tuple[list[Any], dict[str, Any]]] = []
 
     def close(self) -> None:
+        if getattr(self, "auth", None) is not None:
+            self.auth.stop()
         self.ctx.destroy(linger=0)
         if self._dir is not None:
             self._dir.cleanup()
@@ -245,7 +255,7 @@ class WireClient:
             self.pump(min(left, 0.1))
 
     def receive(self, timeout: float = 10.0) -> tuple[list[Any], dict[str, Any]]:
-        """The next tell for one of our actors: (envelope, body)."""
+        """The next tell (or ask) for one of our actors: (envelope, body)."""
         deadline = time.monotonic() + timeout
         while not self.inbox:
             left = deadline - time.monotonic()
@@ -253,5 +263,18 @@ class WireClient:
                 raise TimeoutError(f"no tell within {timeout} s")
             self.pump(min(left, 0.1))
             self.beat()
-        _, env, body = self.inbox.pop(0)
+        peer, env, body = self.inbox.pop(0)
+        self.last_peer = peer
         return env, body
+
+    def reply(self, ask: list[Any], body: dict[str, Any]) -> None:
+        """Answer the ask whose envelope is ``ask`` (the last one received), as the page says:
+        ``is_reply``, the ask's correlation id, our own counter (outside the streams) for ``seq``,
+        on the connection the ask came in on."""
+        sender = ask[2]
+        self.own_seq[sender] = self.own_seq.get(sender, 0) + 1
+        frame = batch((envelope(sender, ask[1], self.own_seq[sender], ask[4], True), body))
+        if self.last_peer:
+            self.router.send_multipart([self.last_peer, frame])
+        else:
+            self.dealer.send(frame)

@@ -38,7 +38,7 @@ def test_a_client_written_from_the_page_alone(transport: str, tmp_path: pathlib.
         system.spawn(Echo(), "echo")
         endpoint = system.endpoint if transport == "ipc" else next(
             e for e in system._node.info.endpoints if e.startswith("tcp://"))
-        with WireClient(endpoint, system.run_id, curve=curve) as client:
+        with WireClient(endpoint, system.run_id, curve=curve, allow=str(tmp_path) if curve else None) as client:
             welcome = client.hello()
             assert welcome["type"] == "welcome" and welcome["root_node_id"] in welcome["nodes"]
             # Every node runs an introspector; names starting with "." are the runtime's (wire-protocol.md).
@@ -69,3 +69,26 @@ def test_a_client_written_from_the_page_alone(transport: str, tmp_path: pathlib.
             got = [client.receive(timeout=20)[1].get("step_count", 0) for _ in range(12)]  # defaults are left out
             sender.join(20)
             assert not failures and got == list(range(12))
+
+            # Asks to the client, answered as the page says: a reply is outside the streams (its own
+            # counter, never acked), so the tells after it still arrive in their stream's order.
+            answers: list[m.Message] = []
+
+            def ask() -> None:
+                try:
+                    for cycle in (5, 6):
+                        answers.append(system.ask("client/1", m.SyncNow(cycle=cycle), timeout=10))
+                    system.tell("client/1", m.Heartbeat(rank=0, step_count=99), timeout=10)
+                except BaseException as exc:
+                    failures.append(exc)
+
+            asker = threading.Thread(target=ask)
+            asker.start()
+            for cycle in (5, 6):
+                env, body = client.receive(timeout=20)
+                assert body == {"type": "sync_now", "cycle": cycle} and env[4] != 0 and not env[5]
+                client.reply(env, {"type": "sync_ack", "rank": 1, "step_count": cycle})
+            env, body = client.receive(timeout=20)
+            asker.join(20)
+            assert not failures and body == {"type": "heartbeat", "rank": 0, "step_count": 99}
+            assert answers == [m.SyncAck(rank=1, step_count=5), m.SyncAck(rank=1, step_count=6)]
