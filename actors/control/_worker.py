@@ -80,7 +80,7 @@ class Worker:
         epoch_fn: Callable[[int], None] | None = None,
         coordinator_timeout: float = 30.0,
         death_dir: str | None = None,
-        join_timeout: float = 60.0,
+        join_timeout: float | None = None,
         heartbeat_interval: float = 1.0,
         dataset_size: int | None = None,
         relay: str = "",
@@ -115,6 +115,9 @@ class Worker:
         self.inbox = self.system.inbox(self.name)
         self.system._retitle(self.name)  # ps shows `actorwire worker/<rank> (...)`
         self._finished = False
+        # One default for the whole join (finding the root, then the coordinator, then its answer):
+        # ACTORWIRE_JOIN_TIMEOUT (120 s), as attach() uses; it was 60 s here and 120 s there.
+        join_timeout = settings().join_timeout if join_timeout is None else join_timeout
         self.system.wait_for(coordinator, timeout=join_timeout)
         signature = model_signature if model_signature is not None else _model_signature(model)
         request = self.protocol.join_request(run_id=self.system.run_id, model_signature=signature,

@@ -170,3 +170,11 @@ def test_a_worker_told_to_resume_without_a_restore_fn_refuses_to_train(system: A
     with pytest.raises(WorkerError, match=r"^rank 0: every rank was lost and the run resumes at epoch 3 from "
                                           r"checkpoint /ck/epoch-3.pt; this Worker has no restore_fn"):
         Worker(system=system, rank=0, world_size=1, model_signature="s", join_timeout=10)
+
+
+def test_the_worker_waits_for_its_coordinator_as_long_as_actorwire_join_timeout_says(
+        system: ActorSystem, setenv: Callable[[str, str | None], None]) -> None:
+    """`Worker(join_timeout=60)` and `ACTORWIRE_JOIN_TIMEOUT` (120) disagreed: one default now."""
+    setenv("ACTORWIRE_JOIN_TIMEOUT", "0.3")
+    with pytest.raises(Exception, match=r"0\.3 s"):  # no coordinator: the wait ends at the variable's bound
+        Worker(system=system, rank=0, world_size=1, model_signature="s")
