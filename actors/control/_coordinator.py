@@ -174,7 +174,10 @@ class Coordinator(Actor):
         self.final_eval_pending = False
         self.saved: SaveReason | None = None
         self.shutdown_at: float | None = None
-        self.rendezvous: dict[str, Any] | None = None
+        self.rendezvous: Rendezvous | None = None
+        #: The model signature every join must match: the settings', else the first join's.
+        self._signature = ""
+        self._final_eval_sent = False
         self.history: list[EpochMetrics] = []
         self.started_at = 0.0
         self.session_attempt = 0
@@ -346,7 +349,7 @@ class Coordinator(Actor):
         taken = self.phase is Phase.RUNNING and current is not None and current.alive  # say who holds it
         reason = join_refusal(self.settings, msg, started=self.phase is not Phase.JOINING and not rejoin and not taken,
                               joined=live,
-                              signature=self.settings.model_signature or getattr(self, "_signature", ""))
+                              signature=self.settings.model_signature or self._signature)
         if self.saved is not None:
             reason = f"the run has ended ({self.saved.value})"
         if reason is not None:
@@ -690,15 +693,15 @@ class Coordinator(Actor):
         if not survivors:
             return
         if self.rendezvous and not fresh and not move_on:
-            generator = self.ranks.get(self.rendezvous["generator"])
+            generator = self.ranks.get(self.rendezvous.generator)
             if generator is not None and generator.alive:
                 # One attempt at a time: its generator is alive, and the session it leads to is
                 # made for the survivors of that moment. A second death used to move on to the next
                 # candidate, and with none left a gloo run saved as single_survivor (found by the
                 # simulator).
                 return
-        tried = set(self.rendezvous["tried"]) if self.rendezvous and not fresh else set()
-        rounds = self.rendezvous.get("round", 0) if self.rendezvous and not fresh else 0
+        tried = set(self.rendezvous.tried) if self.rendezvous and not fresh else set()
+        rounds = self.rendezvous.round if self.rendezvous and not fresh else 0
         candidates = [r for r in by_speed(survivors) if r.rank not in tried]
         if not candidates and rounds + 1 < _RENDEZVOUS_ROUNDS:
             # Every survivor was asked and none answered in time: under load (or while a rank
@@ -713,18 +716,18 @@ class Coordinator(Actor):
                                     f"rank asked; phase {self.phase}, epoch {self.epoch})")
             return
         generator = candidates[0]
-        self.rendezvous = {"generator": generator.rank, "since": ctx.now(), "tried": sorted(tried | {generator.rank}),
-                           "attempt": len(tried), "round": rounds}
+        self.rendezvous = Rendezvous(generator=generator.rank, since=ctx.now(),
+                                     tried=frozenset(tried | {generator.rank}), round=rounds)
         self._tell(ctx, generator, RequestNewNcclId(attempt=len(tried)))
 
     def _check_rendezvous_timeout(self, ctx: Context, now: float) -> None:
         rv = self.rendezvous
         if rv is None:
             return
-        generator = self.ranks.get(rv["generator"])
-        waited = self.settings.rendezvous_timeout * 2 ** rv.get("round", 0)
-        if generator is None or not generator.alive or now - rv["since"] > waited:
-            ctx.log.warning("re-rendezvous generator gone or silent; trying the next", rank=rv["generator"])
+        generator = self.ranks.get(rv.generator)
+        waited = self.settings.rendezvous_timeout * 2 ** rv.round
+        if generator is None or not generator.alive or now - rv.since > waited:
+            ctx.log.warning("re-rendezvous generator gone or silent; trying the next", rank=rv.generator)
             self._start_rendezvous(ctx, move_on=True)
 
     @handler
@@ -752,7 +755,7 @@ class Coordinator(Actor):
         if self._session_failed_since is None:
             return
         rv = self.rendezvous
-        if rv is not None and (generator := self.ranks.get(rv["generator"])) is not None and generator.alive:
+        if rv is not None and (generator := self.ranks.get(rv.generator)) is not None and generator.alive:
             return  # a new group is already being formed (after a death): it answers this report too
         waiting = (self._session_members & self._alive_ids()) - self._session_failed
         if waiting and ctx.now() - self._session_failed_since < self.settings.rendezvous_timeout:
@@ -770,7 +773,7 @@ class Coordinator(Actor):
     def on_new_id(self, msg: NewNcclIdGenerated, ctx: Context) -> None:
         r = self._from_rank(ctx, msg.rank)
         rv = self.rendezvous
-        if r is None or rv is None or msg.rank != rv["generator"]:
+        if r is None or rv is None or msg.rank != rv.generator:
             ctx.log.warning("unexpected unique id dropped", rank=msg.rank)
             return
         survivors = self.alive()  # recomputed: deaths during the wait are folded in
@@ -1188,7 +1191,7 @@ class Coordinator(Actor):
         if any(r.steps_since_sync for r in alive):
             self._arm_sync(ctx)  # one final consensus reduce
             return
-        if self.settings.final_eval and not self.final_eval_pending and not getattr(self, "_final_eval_sent", False):
+        if self.settings.final_eval and not self.final_eval_pending and not self._final_eval_sent:
             target = self.ranks.get(self.eval_role) if self.eval_role is not None else None
             if target is not None and target.alive:
                 self._final_eval_sent = True
@@ -1262,6 +1265,17 @@ class Coordinator(Actor):
 
     def effects(self, name: str) -> Actor | None:
         return CoordinatorEffects(name) if self.settings.save_stem else None
+
+
+@dataclasses.dataclass(frozen=True)
+class Rendezvous:
+    """One search for a rank to make a new group's id: the rank asked, since when, every rank asked
+    in this round, and the round (each round waits twice as long as the one before)."""
+
+    generator: int
+    since: float
+    tried: frozenset[int]
+    round: int = 0
 
 
 @dataclasses.dataclass(frozen=True)

@@ -392,8 +392,9 @@ class _Cell:
                     node.reply(self.name, envelope, source, ErrorReply(
                         code=ErrorCode.TARGET_DEAD, request_kind=type(message).wire_tag(),
                         message=f"actor {self.name!r} stopped before handling it"))
-                except Exception:
-                    pass
+                except Exception as exc:  # the system is closing under it: the asker's deadline answers
+                    self.log.debug("could not answer an ask left in a stopped actor's mailbox",
+                                   kind=type(message).wire_tag(), error=f"{type(exc).__name__}: {exc}")
             elif not envelope.is_reply:
                 tells += 1
             if source is not None:

@@ -484,6 +484,13 @@ def test_registering_from_a_member_under_a_tiny_switch_interval(system: ActorSys
             member.inbox(f"tiny/{i}")
     finally:
         sys.setswitchinterval(old)
+    try:
+        # Every name was registered with the root, none lost or doubled by an interleaving.
+        for i in range(200):
+            system.wait_for(f"tiny/{i}", timeout=10)  # raises if the root never learns the name
+        names = set(system.names())
+        assert {f"tiny/{i}" for i in range(200)} <= names
+    finally:
         member.shutdown()
 
 

@@ -105,6 +105,9 @@ def test_a_worker_started_before_its_root_joins_once_the_root_is_up(
     roots: list[ActorSystem] = []
 
     def late_root() -> None:
+        # Not a wait for something: the fault itself, a root that comes up 1.5 s late (past the old
+        # fixed bound, scaled to 1 s here).  Nothing the member does can be waited on instead: any
+        # listener on the port before the root's would answer its connection and end the join.
         time.sleep(1.5)
         roots.append(ActorSystem(run_id="late", bind=endpoint))
 

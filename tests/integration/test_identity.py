@@ -86,7 +86,10 @@ def test_a_reply_from_a_node_the_ask_did_not_go_to_is_refused(system: ActorSyste
         outcome: list[object] = []
         asker = threading.Thread(target=lambda: outcome.append(system.ask("sleeper", m.SyncNow(), timeout=30)))
         asker.start()
-        time.sleep(0.2)
+        deadline = time.monotonic() + 10
+        while system.statistics().pending_asks < 1:  # the ask is out before the forgeries are
+            assert time.monotonic() < deadline, "the ask never left"
+            time.sleep(0.01)
         forged = {"type": "sync_ack", "rank": 0, "step_count": 999}
         for corr in range(1, 200):  # correlation ids are small integers: guess them all
             for sender in ("sleeper", "liar/1"):
