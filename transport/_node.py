@@ -467,13 +467,24 @@ class Node:
     def _root_id(self) -> str | None:
         return self._view.root_id
 
-    def _new_router(self) -> zmq.Socket:
-        sock = self._ctx.socket(zmq.ROUTER)
-        for opt, val in ((zmq.LINGER, 0), (zmq.SNDHWM, 0), (zmq.RCVHWM, 0), (zmq.ROUTER_MANDATORY, 1),
-                         (zmq.MAXMSGSIZE, self._frame_cap)):
+    def _socket(self, kind: int, *, identity: str | None = None, heartbeats: bool = True,
+                **options: int) -> zmq.Socket:
+        """Every socket of the node, made one way: no linger, no high-water mark (credit bounds the
+        queues), the message cap, ``identity`` (a DEALER's), libzmq's heartbeats unless
+        ``heartbeats`` is off, then ``options`` by ZMQ name (``RCVTIMEO=...``)."""
+        sock = self._ctx.socket(kind)
+        for opt, val in ((zmq.LINGER, 0), (zmq.SNDHWM, 0), (zmq.RCVHWM, 0), (zmq.MAXMSGSIZE, self._frame_cap)):
             sock.setsockopt(opt, val)
-        self._timing.apply(sock)
+        if identity is not None:
+            sock.setsockopt(zmq.IDENTITY, identity.encode())
+        for name, val in options.items():
+            sock.setsockopt(getattr(zmq, name), val)
+        if heartbeats:
+            self._timing.apply(sock)
         return sock
+
+    def _new_router(self) -> zmq.Socket:
+        return self._socket(zmq.ROUTER, ROUTER_MANDATORY=1)
 
     def _close_sockets(self) -> None:
         for link in {id(lk): lk for lk in getattr(self, "_links", {}).values()}.values():
@@ -1179,11 +1190,7 @@ class Node:
     def _open_link(self, node_id: str) -> _Link:
         info = self._nodes[node_id]
         endpoint = pick_endpoint(info.endpoints, info.host, self.host, prefer_tcp=self._prefer_tcp)
-        sock = self._ctx.socket(zmq.DEALER)
-        for opt, val in ((zmq.LINGER, 0), (zmq.SNDHWM, 0), (zmq.RCVHWM, 0), (zmq.MAXMSGSIZE, self._frame_cap)):
-            sock.setsockopt(opt, val)
-        sock.setsockopt(zmq.IDENTITY, self.node_id.encode())
-        self._timing.apply(sock)
+        sock = self._socket(zmq.DEALER, identity=self.node_id)
         if is_tcp(endpoint):
             self._security.client(sock, info.curve_key, node_id)
         # The root judges a member by this connection: libzmq's heartbeats keep it while the member's
@@ -1206,11 +1213,9 @@ class Node:
         """A new line's socket (made by the thread that will own it): connected, its hello sent."""
         info = self._nodes[node_id]
         endpoint = pick_endpoint(info.endpoints, info.host, self.host, prefer_tcp=self._prefer_tcp)
-        sock = self._ctx.socket(zmq.DEALER)
-        for opt, val in ((zmq.LINGER, 0), (zmq.SNDHWM, 0), (zmq.RCVHWM, 0), (zmq.MAXMSGSIZE, self._frame_cap),
-                         (zmq.RCVTIMEO, _LINE_SLICE_MS)):  # the waiting thread looks at its ask this often
-            sock.setsockopt(opt, val)
-        sock.setsockopt(zmq.IDENTITY, identity.encode())
+        # RCVTIMEO: the waiting thread looks at its ask this often.  No heartbeats of its own: the
+        # node's connection is the one the peer judges it by.
+        sock = self._socket(zmq.DEALER, identity=identity, heartbeats=False, RCVTIMEO=_LINE_SLICE_MS)
         if is_tcp(endpoint):
             self._security.client(sock, info.curve_key, node_id)
         sock.connect(endpoint)
@@ -1218,12 +1223,8 @@ class Node:
         return sock
 
     def _connect_root(self) -> None:
-        sock = self._ctx.socket(zmq.DEALER)
-        for opt, val in ((zmq.LINGER, 0), (zmq.SNDHWM, 0), (zmq.RCVHWM, 0), (zmq.MAXMSGSIZE, self._frame_cap)):
-            sock.setsockopt(opt, val)
-        sock.setsockopt(zmq.IDENTITY, self.node_id.encode())
-        sock.setsockopt(zmq.RECONNECT_IVL_MAX, 2000)  # a root not up yet: retries back off to 2 s
-        self._timing.apply(sock)
+        # A root not up yet: retries back off to 2 s.
+        sock = self._socket(zmq.DEALER, identity=self.node_id, RECONNECT_IVL_MAX=2000)
         events = _WATCHED
         if is_tcp(self.root_endpoint):
             self._security.client(sock, self._security.root_key, "the root")
