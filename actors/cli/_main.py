@@ -60,7 +60,7 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
         seeds = range(args.seeds)
     started = time.monotonic()
     outcomes, broken = _simulate.run_seeds(seeds, args.ranks, progress=lambda line: print(line, file=sys.stderr),
-                                           restarts=args.restarts)
+                                           restarts=args.restarts, torchrun=args.torchrun)
     if args.seed is not None:
         for outcome in outcomes:
             print(outcome.line())
@@ -221,6 +221,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seeds", type=_positive, default=1000, metavar="N", help="run seeds 0..N-1 (default 1000)")
     p.add_argument("--seed", type=int, metavar="S", help="run one seed and print its outcome (replays a failure)")
     p.add_argument("--ranks", type=_positive, metavar="K", help="ranks per run (default: drawn per seed, 1-6)")
+    p.add_argument("--torchrun", action="store_true",
+                   help="also stop every rank when one dies and start them all again, as torchrun's agent does "
+                        "(the coordinator waits and the ranks resume from the last checkpoint)")
     p.add_argument("--restarts", action="store_true",
                    help="also restart a killed rank as its launcher would (it rejoins the run)")
     p.add_argument("--verbose", action="store_true", help="show the coordinator's log (with --seed)")

@@ -211,6 +211,8 @@ class Coordinator(Actor):
         #: Since when the run waits for a new group (a loss or a rejoin), and the session attempt then:
         #: the first sync completed on a later session is the group formed again (``GroupFormed``).
         self._regroup: tuple[float, int] | None = None
+        #: Too few ranks left (and restart_wait set): the end this would be, why, and since when.
+        self._ending: tuple[SaveReason, str, float] | None = None
 
     def config(self) -> dict[str, Any]:
         return dict(self._config_kwargs)
@@ -421,13 +423,29 @@ class Coordinator(Actor):
         c = self.settings
         alive = self._in_run_count
         waiting = c.world_size - len(self.ranks) - sum(1 for k in self.lost_at_start if k not in self.ranks)
+        restarting = (c.restart_wait > 0 and self._restart_since is not None
+                      and ctx.now() - self._restart_since < c.restart_wait)
+        if restarting and alive < c.world_size:
+            return  # the launcher starts every rank again: the run starts once all are back (or at the wait's end)
+        if alive + waiting < c.min_world_size and c.restart_wait > 0 and (
+                self._restart_since is None or ctx.now() - self._restart_since < c.restart_wait):
+            # A launcher that stops every worker when one dies (torchrun) starts them all again:
+            # before the run started, they simply join again.  Waited for up to restart_wait.
+            if self._restart_since is None:
+                self._restart_since = ctx.now()
+                ctx.log.warning("too few ranks left before the start; waiting for the launcher to start them again",
+                                wait_s=c.restart_wait, lost=sorted(self.lost_at_start))
+            return
         if alive + waiting < c.min_world_size:
             lost = "; ".join(f"rank {k} {why}" for k, why in sorted(self.lost_at_start.items()))
             self._save_and_shutdown(ctx, SaveReason.TOO_FEW_RANKS,
                                     f"{lost}; {alive} of {c.world_size} ranks joined and {waiting} may still, "
                                     f"fewer than min_world_size {c.min_world_size} (phase joining)")
         elif waiting == 0 and alive:
+            self._restart_since = None
             self._begin(ctx)
+        else:
+            self._restart_since = None  # enough may still come: no longer waiting for a restart
 
     def _begin(self, ctx: Context) -> None:
         self._move(Event.ALL_IN)
@@ -451,6 +469,8 @@ class Coordinator(Actor):
             for r in self.alive():
                 self._tell(ctx, r, CoordHeartbeat(seq=msg.count))
             self._check_silence(ctx, now, self.alive())
+            if self.phase is Phase.JOINING and self._restart_since is not None:
+                self._maybe_begin(ctx)  # ends the run once restart_wait has passed without enough ranks
             if self.phase is Phase.JOINING and now - self.started_at >= self.settings.join_timeout:
                 missing = sorted(set(range(self.settings.world_size)) - set(self.ranks) - set(self.lost_at_start))
                 for rank in missing:
@@ -475,6 +495,11 @@ class Coordinator(Actor):
                                         f"sync {self.sync_cycle} not acknowledged within "
                                         f"{self.settings.reduce_stall_timeout:g} s by rank(s) {waiting} "
                                         f"(phase {self.phase}, epoch {self.epoch})")
+        if self._ending is not None and self.phase in (Phase.RUNNING, Phase.FINISHING) \
+                and now - self._ending[2] >= _CASCADE_S:
+            reason, detail, _ = self._ending
+            self._ending = None
+            self._save_and_shutdown(ctx, self._unrecoverable() or reason, detail)  # not every rank went
         if self.phase is Phase.RESTARTING:
             for r in self._reachable():
                 self._tell(ctx, r, CoordHeartbeat(seq=msg.count))
@@ -586,7 +611,18 @@ class Coordinator(Actor):
                       f"{self.failures} lost in all")
             recent = [t for t in self._deaths if ctx.now() - t <= _CASCADE_S]
             if reason is SaveReason.ALL_RANKS_LOST and self.settings.restart_wait > 0:
+                self._ending = None
                 self._await_restart(ctx, detail)
+                return
+            if self.settings.restart_wait > 0 and reason in (SaveReason.SINGLE_SURVIVOR, SaveReason.TOO_FEW_RANKS):
+                # Too few left to go on, but a launcher that restarts the whole group stops the rest
+                # within a second (torchrun's agent): if they all go, it is a restart, not the end.
+                # Decided _CASCADE_S after the first such death (a lone NCCL survivor saved at once,
+                # and the restarted group found the run over: the simulator with --torchrun).
+                if self._ending is None:
+                    self._ending = (reason, detail, ctx.now())
+                    ctx.log.warning("too few ranks left; waiting to see whether the launcher restarts them all",
+                                    reason=reason.value, wait_s=_CASCADE_S)
                 return
             if reason is SaveReason.ALL_RANKS_LOST and len(recent) >= 2 and len(recent) == len(self.ranks):
                 # Every rank within seconds of the first: not deaths of their own but a launcher that
@@ -1141,8 +1177,8 @@ class Coordinator(Actor):
         self._maybe_aggregate(ctx)
 
     def _maybe_aggregate(self, ctx: Context) -> None:
-        if self.phase is not Phase.RUNNING or self.epoch < 0 or self.saved:
-            return
+        if self.phase is not Phase.RUNNING or self.epoch < 0 or self.saved or self._ending is not None:
+            return  # (while too few are left, nothing moves: the run ends or restarts)
         reports = self.metrics.get(self.epoch, {})
         alive = self.alive()
         if len(reports) < len(alive) or not all(r.rank in reports and r.ext_done >= r.ext_sent for r in alive):
@@ -1169,7 +1205,7 @@ class Coordinator(Actor):
     # -- endings --------------------------------------------------------------------
 
     def _maybe_finish(self, ctx: Context) -> None:
-        if self.phase is not Phase.FINISHING or self.saved:
+        if self.phase is not Phase.FINISHING or self.saved or self._ending is not None:
             return
         alive = self.alive()
         if self.sync_armed_at is not None:

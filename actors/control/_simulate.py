@@ -38,6 +38,7 @@ the same seed gives the same run, message for message.
 from __future__ import annotations
 
 import collections
+import copy
 import dataclasses
 import functools
 import heapq
@@ -58,6 +59,7 @@ COORD = "coordinator"
 SINK = "main"
 RUNTIME_STALENESS = 3.0  # the runtime declares a silent process dead after this
 EXIT_DETECTION = (0.001, 0.05)  # how long the launcher takes to see a process exit
+AGENT_STOP_S = 0.3  # torchrun's agent stops the other workers this long after one died
 FORMATION_TIMEOUT = 8.0  # a rank waits this long for a group to form (gloo's timeout)
 SESSION_WAIT = 60.0  # after a failed all-reduce, a rank waits this long for a new group
 
@@ -229,6 +231,10 @@ class SimRank:
             elif isinstance(effect, _rank.Evaluate):
                 self.later(0.02, functools.partial(self._evaluated, effect.request))
             elif isinstance(effect, _rank.SaveCheckpoint):
+                # Saved as the request is served, before anything after it (the Worker calls its
+                # checkpoint_fn right there; a GpuWorker's adapter runs it before the next step):
+                # the file holds the model at the epoch boundary, its history too.
+                self.sim.checkpoints[f"sim-{effect.request.version}.pt"] = copy.deepcopy(self.model)
                 self.later(0.02, functools.partial(self._checkpointed, effect.request))
             elif isinstance(effect, _rank.Ended):
                 if not effect.failed:
@@ -243,8 +249,9 @@ class SimRank:
                                                       epoch=request.epoch, metric=0.1, elapsed_ms=20.0)))
 
     def _checkpointed(self, request: m.Checkpoint) -> None:
+        path = f"sim-{request.version}.pt"  # written when the request was served (``run``)
         self.run(self.protocol.checkpointed(m.CheckpointResult(rank=self.rank, version=request.version,
-                                                               elapsed_ms=20.0, path="sim.pt")))
+                                                               elapsed_ms=20.0, path=path)))
 
     # -- life -----------------------------------------------------------------------
 
@@ -293,6 +300,9 @@ class SimRank:
             except _rank.WorkerError:
                 self.sim.process_exit(self, 1)
                 return
+            if isinstance(message, m.JoinAccepted) and message.resume_from:
+                # The Worker's restore_fn, before its first plan: the checkpoint's model, history and all.
+                self.model = copy.deepcopy(self.sim.checkpoints[message.resume_from])
             self.state = "joined"
             self.later(1.0, self.beat)
             self.later(1.0, self.tick)
@@ -436,7 +446,7 @@ class Simulation:
 
     def __init__(self, seed: int, *, ranks: int | None = None, faults: list[Fault] | None = None,
                  epochs: int | None = None, dataset: int | None = None, restarts: bool = False,
-                 backend: str | None = None) -> None:
+                 backend: str | None = None, torchrun: bool = False) -> None:
         self.seed = seed
         rng = self.rng = random.Random(seed)
         self.world = ranks or rng.randint(1, 6)
@@ -457,6 +467,10 @@ class Simulation:
         drawn_backend = "nccl" if random.Random(f"backend-{seed}").random() < 0.25 else "gloo"
         self.backend = backend or drawn_backend
         config["backend"] = self.backend
+        if torchrun:  # the launcher restarts the whole group: the coordinator waits, ranks resume
+            config.update(restart_wait=30.0, checkpoint_every=1)
+        self.checkpoints: dict[str, SimModel] = {}
+        self._restarts_seen = 0
         self.coordinator = Coordinator(**config)
         self.harness = ActorHarness(self.coordinator, name=COORD, peers=[SINK])
         self.now = 0.0
@@ -477,6 +491,11 @@ class Simulation:
             extra = random.Random(f"restarts-{seed}")
             self.faults.append(Fault("restart", extra.uniform(0.5, 6.0), extra.randrange(self.world),
                                      duration=extra.uniform(0.5, 4.0)))
+        if torchrun and faults is None:
+            # torchrun's agent: one rank dies, the agent stops the others, then starts all again.
+            agent = random.Random(f"torchrun-{seed}")
+            self.faults.append(Fault("group_restart", agent.uniform(0.5, 6.0), agent.randrange(self.world),
+                                     duration=agent.uniform(0.5, 4.0)))
         if faults is None:
             more = random.Random(f"more-faults-{seed}")
             if more.random() < 0.2:
@@ -496,8 +515,10 @@ class Simulation:
         self.sunk: list[tuple[float, m.Message]] = []
         self.told_end: set[int] = set()  # incarnations the coordinator told that the run ended  # what the metrics sink got, and when
         self.messages = 0
-        # Generous: the slowest rank's share of every epoch, every timeout that may fire, slack.
-        self.deadline = 60.0 + self.epochs * (self.dataset / self.batch) * 0.02 * 4 + 4 * SESSION_WAIT
+        # Generous: the slowest rank's share of every epoch, every timeout that may fire, slack (twice
+        # the epochs under torchrun: a restarted group trains the epochs after its checkpoint again).
+        per_run = self.epochs * (self.dataset / self.batch) * 0.02 * 4
+        self.deadline = 60.0 + per_run + 4 * SESSION_WAIT + (30.0 + per_run if torchrun else 0.0)
 
     # -- the fault schedule ---------------------------------------------------------
 
@@ -539,6 +560,12 @@ class Simulation:
             self.after(fault.duration, functools.partial(self._unslow, fault.rank))
         elif fault.kind == "delay":
             self.delayed_until = self.now + fault.duration
+        elif fault.kind == "group_restart":
+            if not rank.alive:
+                return
+            self.kill(rank)
+            self.after(AGENT_STOP_S, self._agent_stops_the_rest)
+            self.after(AGENT_STOP_S + fault.duration, self._agent_restarts_all)
         elif fault.kind == "restart":
             # Killed, then started again by its launcher under the same rank (torchrun, SLURM).
             if not rank.alive:
@@ -561,6 +588,16 @@ class Simulation:
             # it serves no message, enters no collective; its heartbeat thread goes on.
             rank.block()
             self.after(fault.duration, rank.unblock)
+
+    def _agent_stops_the_rest(self) -> None:
+        for rank in self.ranks:
+            if rank.alive and rank.state != "exited":
+                self.kill(rank)
+
+    def _agent_restarts_all(self) -> None:
+        for old in list(self.ranks):
+            if not old.alive:
+                self._restart(old)
 
     def _restart(self, old: SimRank) -> None:
         new = SimRank(self, old.rank, old.batch_s)
@@ -647,6 +684,13 @@ class Simulation:
         """``rank`` trains a batch: on the run's one initial model, never on an initialisation of its own."""
         origin = rank.model.origin
         self.last_batch_at = self.now
+        c = self.coordinator
+        if len(c.restarts) != self._restarts_seen:
+            # The coordinator resumed a group its launcher started again; with no checkpoint it
+            # started the run over, from a new initial model (the old one died with the ranks).
+            self._restarts_seen = len(c.restarts)
+            if c.checkpoint is None:
+                self.trained_origin = None
         if self.trained_origin is None:
             self.trained_origin = origin
         elif origin != self.trained_origin:
@@ -908,7 +952,9 @@ class Simulation:
             started = next((t for t, msg in self.sunk if isinstance(msg, m.StartEpoch)), None)
             lost_running = started is not None and any(started < t < self.last_batch_at for t in self._deaths)
             live = [r for r in c.ranks.values() if r.alive]
-            if lost_running and len(live) < 2:
+            # A group the launcher started again whole is no survivor (a world of one restarted).
+            restored = bool(c.restarts) and len(live) == self.world
+            if lost_running and len(live) < 2 and not restored:
                 self._fail("an NCCL run went on with one survivor after a death (it must save: single_survivor)")
         if isinstance(self.ended, m.Shutdown):
             self._check_model()
@@ -924,30 +970,31 @@ class Simulation:
             self._fail(f"a run without faults ended with {self.ended.reason.value}: {self.ended.detail}")
 
 
-def simulate(seed: int, ranks: int | None = None, *, restarts: bool = False) -> Outcome:
+def simulate(seed: int, ranks: int | None = None, *, restarts: bool = False, torchrun: bool = False) -> Outcome:
     """Run one seed; raises :class:`InvariantBroken` naming the rule, the time and the faults."""
-    return Simulation(seed, ranks=ranks, restarts=restarts).run()
+    return Simulation(seed, ranks=ranks, restarts=restarts, torchrun=torchrun).run()
 
 
 def run_seeds(seeds: range, ranks: int | None = None, *, progress: Callable[[str], None] | None = None,
-              every: int = 1000, restarts: bool = False) -> tuple[list[Outcome], list[str]]:
+              every: int = 1000, restarts: bool = False,
+              torchrun: bool = False) -> tuple[list[Outcome], list[str]]:
     """Run ``seeds``; the outcomes and, for each broken invariant, its text and the command that
     replays it."""
     outcomes: list[Outcome] = []
     broken: list[str] = []
     for done, seed in enumerate(seeds, 1):
         try:
-            outcomes.append(simulate(seed, ranks, restarts=restarts))
+            outcomes.append(simulate(seed, ranks, restarts=restarts, torchrun=torchrun))
         except InvariantBroken as exc:
-            broken.append(f"{exc}\n  replay: {replay_command(seed, ranks, restarts)}")
+            broken.append(f"{exc}\n  replay: {replay_command(seed, ranks, restarts, torchrun)}")
         except Exception as exc:  # a handler that raised is a broken rule too
             broken.append(f"seed {seed}: the coordinator raised {type(exc).__name__}: {exc}\n"
-                          f"  replay: {replay_command(seed, ranks, restarts)}")
+                          f"  replay: {replay_command(seed, ranks, restarts, torchrun)}")
         if progress is not None and done % every == 0:
             progress(f"{done}/{len(seeds)} seeds, {len(broken)} broken")
     return outcomes, broken
 
 
-def replay_command(seed: int, ranks: int | None = None, restarts: bool = False) -> str:
+def replay_command(seed: int, ranks: int | None = None, restarts: bool = False, torchrun: bool = False) -> str:
     return (f"actorwire simulate --seed {seed}" + (f" --ranks {ranks}" if ranks else "")
-            + (" --restarts" if restarts else ""))
+            + (" --restarts" if restarts else "") + (" --torchrun" if torchrun else ""))

@@ -1214,3 +1214,27 @@ def test_the_run_s_owner_hears_of_a_loss_and_of_the_group_formed_again_with_how_
     settle(h)
     (formed,) = [s.message for s in h.take() if s.target == "main" and isinstance(s.message, m.GroupFormed)]
     assert formed == m.GroupFormed(ranks=[0, 2], world_size=2, seconds=1.5)
+
+
+def test_a_lone_nccl_survivor_waits_to_see_whether_the_launcher_stops_it_too_when_restarts_are_expected() -> None:
+    """The simulator (--torchrun): under NCCL the agent's stops left one survivor for a moment, the
+    run saved as single_survivor at once, and the group torchrun started again found it over."""
+    h = make(backend="nccl", restart_wait=60.0)
+    join_all(h)
+    h.down("worker/1", m.DownReason.DEAD, "status -9")
+    h.advance(0.2)
+    h.down("worker/0", m.DownReason.EXITED, "status -15")
+    assert sent(h, m.ShutdownWithSave) == []  # one left: not yet the end
+    h.advance(0.1)
+    h.down("worker/2", m.DownReason.EXITED, "status -15")
+    assert h.actor.phase.value == "restarting"  # every rank went: a restart
+
+    alone = make(backend="nccl", restart_wait=60.0)
+    join_all(alone)
+    alone.down("worker/1", m.DownReason.DEAD, "status -9")
+    alone.down("worker/0", m.DownReason.DEAD, "status -9")
+    alone.advance(4.0)
+    assert sent(alone, m.ShutdownWithSave) == []
+    alone.advance(2.0)  # the survivor is still there: a real lone survivor, the run ends as before
+    (saved,) = [msg for target, msg in sent(alone, m.ShutdownWithSave) if target == "main"]
+    assert saved.reason is m.SaveReason.SINGLE_SURVIVOR

@@ -333,3 +333,57 @@ def test_a_long_partition_is_a_death_the_run_survives_and_the_cut_off_rank_leave
 
 def Outcome_of(sim: Simulation) -> str:  # noqa: N802
     return "coordinator_lost" if sim.coordinator_died is not None else type(sim.ended).__name__
+
+
+# -- torchrun: the whole group stopped when one rank dies, then started again ------------------------
+
+
+def test_a_thousand_seeds_where_torchrun_restarts_the_whole_group_break_no_invariant() -> None:
+    """Each seed also kills one rank; 0.3 s later the agent stops every other, then starts them all
+    again. Before the coordinator waited for them (restart_wait), every such run ended all_ranks_lost."""
+    resumed = 0
+    for seed in range(1000):
+        sim = Simulation(seed, torchrun=True)
+        try:
+            outcome = sim.run()
+        except InvariantBroken as exc:
+            raise AssertionError(f"{exc}\n  replay: actorwire simulate --seed {seed} --torchrun") from None
+        resumed += bool(sim.coordinator.restarts) and outcome.ended_by == "shutdown"
+    # Short runs end before the agent's stop in many seeds, and in others it lands before the start
+    # (the ranks then simply join again): the rest resume and finish.
+    assert resumed > 100
+
+
+def _mid_second_epoch(seed: int = 7) -> float:
+    """When the fault-free 3-epoch run of ``seed`` is halfway through epoch 1 (its checkpoint written)."""
+    sim = Simulation(seed, faults=[], ranks=3, epochs=3, dataset=600, backend="gloo")
+    sim.run()
+    start = next(t for t, msg in sim.sunk if isinstance(msg, m.StartEpoch) and msg.epoch == 1)
+    end = next(t for t, msg in sim.sunk if isinstance(msg, m.EpochMetrics) and msg.epoch == 1)
+    return (start + end) / 2
+
+
+def test_a_group_restarted_mid_run_resumes_from_its_checkpoint_with_every_sample_once() -> None:
+    sim = Simulation(7, faults=[Fault("group_restart", _mid_second_epoch(), 1, duration=1.0)], ranks=3,
+                     epochs=3, dataset=600, backend="gloo", torchrun=True)
+    outcome = sim.run()  # the model invariants are checked at the end: one model, each sample once
+    assert outcome.ended_by == "shutdown" and outcome.epochs == 3
+    (line,) = sim.coordinator.restarts
+    assert "started again; resumed at epoch " in line and "from checkpoint sim-" in line
+    assert len(sim.incarnations) == 6 and all(r.state == "exited" for r in sim.ranks)
+
+
+def test_the_invariants_catch_a_resume_that_miscounts_the_checkpoint_s_steps() -> None:
+    """A coordinator that takes the global step of its checkpoint one off (as a checkpoint written a
+    batch into the next epoch would be) is caught at the first sync after the resume."""
+    sim = Simulation(7, faults=[Fault("group_restart", _mid_second_epoch(), 1, duration=1.0)], ranks=3,
+                     epochs=3, dataset=600, backend="gloo", torchrun=True)
+    original = type(sim.coordinator)._send_checkpoint
+
+    def off_by_one(self, ctx, version):  # type: ignore[no-untyped-def]
+        original(self, ctx, version)
+        self._checkpoint_steps = {v: steps + 1 for v, steps in self._checkpoint_steps.items()}
+
+    sim.coordinator._send_checkpoint = off_by_one.__get__(sim.coordinator)  # type: ignore[method-assign]
+    with pytest.raises(InvariantBroken, match=r"SetGlobalStep\(\d+\) after a reduce that covered"):
+        sim.run()
