@@ -97,7 +97,10 @@ def report(suite: str, results: list[Result], json_path: str | None, out=sys.std
     for r in results:
         table.add_row(r.name, _fmt(r.value), r.unit, _fmt(r.baseline), f"{r.ratio:.2f}" if r.ratio is not None else "-",
                       r.note)
-    Console(file=out, highlight=False).print(table)
+    console = Console(file=out, highlight=False)
+    if not console.is_terminal:  # piped or redirected: whole rows (names folded at 80 columns read badly)
+        console = Console(file=out, highlight=False, width=max(console.width, 160))
+    console.print(table)
     if json_path:
         doc = {
             "suite": suite,

@@ -14,18 +14,25 @@ through 1k, 2k, 5k, 10k and 20k workers and stops at the first N that does not h
 
 Reported:
 
-* ``scale.workers``: the largest N sustained: the run completed every epoch with every rank
-  alive, no epoch took more than 1.2x its nominal length at 10 Hz, and the coordinator's
-  process stayed under one core.  Target 10,000 on a 2-core machine.
+* ``scale.workers``: the largest N sustained, by what a trainer feels: every epoch completed with
+  no rank lost; the ranks kept at least 0.9 of their nominal batch rate from the first epoch's
+  start to the last epoch's aggregation (``batch_rate``: the epochs' nominal length over that
+  span; time they spend waiting for the control plane, for an epoch to start or a sync to close,
+  is time they do not train); aggregation took at most 1 s, median and worst; and the
+  coordinator's process stayed under one core.  Each figure is printed against its target, and
+  the ``coordinator_cpu`` row says which process saturated first.  Target 10,000 on a 2-core
+  machine.
 * ``scale.N.coordinator_cpu``: CPU used by the coordinator's process (its actor and its I/O
   thread), in cores, over the run.
 * ``scale.N.busiest_sim_cpu``: CPU of the most loaded simulator process, in cores: which side
   saturates first.
 * ``scale.N.epoch_ms``: the slowest epoch as the coordinator measured it, against nominal.
-* ``scale.N.batch_rate``: batches per second the simulated ranks got to train (they keep their
-  10 Hz only while the coordinator keeps up with epochs and syncs), against ``N * 10``.
-* ``scale.N.aggregation_ms``: per epoch, from the last rank's ``MetricsMsg`` leaving its process
-  to ``EpochMetrics`` arriving here (median over epochs).
+* ``scale.N.batch_rate``: the share of their nominal 10 Hz the ranks got to train, over the run
+  (target at least 0.9).
+* ``scale.N.aggregation_ms`` and ``aggregation_worst_ms``: per epoch, from the last rank's
+  ``MetricsMsg`` leaving its process to ``EpochMetrics`` arriving here (median and worst; target
+  at most 1,000 ms).
+* ``scale.N.lost``: ranks counted lost (none die in this run: any is a false verdict).
 """
 
 from __future__ import annotations
@@ -196,13 +203,16 @@ def run_one(workers: int, *, relay: bool, processes: int, epochs: int, seconds_p
         print(f"  scale: {workers} simulated workers in {len(children)} processes, {epochs} epochs"
               f"{', a relay per process' if relay else ''}", file=progress)
         cpu0, wall0 = _cpu_seconds(), time.monotonic()
+        first_start: float | None = None
         arrived: dict[int, float] = {}
         epoch_ms: list[float] = []
         while True:
             got = inbox.get(timeout=120)
             if got is None:
                 break
-            if isinstance(got.message, m.EpochMetrics):
+            if isinstance(got.message, m.StartEpoch) and first_start is None:
+                first_start = time.monotonic()  # the coordinator shows the run's owner each epoch's start
+            elif isinstance(got.message, m.EpochMetrics):
                 arrived[got.message.epoch] = time.monotonic()
                 epoch_ms.append(got.message.epoch_ms)
                 print(f"  scale: {workers}: epoch {got.message.epoch} aggregated", file=progress)
@@ -231,23 +241,33 @@ def run_one(workers: int, *, relay: bool, processes: int, epochs: int, seconds_p
                     print(f"  scale: {row['error']}", file=progress)
         lost = [r for r, st in coordinator.ranks.items() if not st.alive and not st.exited]
         complete = len(arrived) == epochs and not lost and coordinator.saved is None
-    offered = workers * RATE_HZ
     cores = cpu / wall if wall else 0.0
     nominal_ms = seconds_per_epoch * 1000
     slowest = max(epoch_ms) if epoch_ms else float("inf")
-    sustained = complete and cores < 1.0 and slowest <= 1.2 * nominal_ms
+    span = (max(arrived.values()) - first_start) if arrived and first_start is not None else float("inf")
+    rate = (epochs * seconds_per_epoch) / span if complete and span > 0 else 0.0
     latencies = [(arrived[e] - last_metrics[e]) * 1000 for e in arrived if e in last_metrics]
-    note = "" if sustained else (f"{len(arrived)}/{epochs} epochs aggregated, {len(lost)} ranks "
-                                 f"lost, coordinator {cores:.2f} cores, slowest epoch {slowest:.0f} ms")
+    median = statistics.median(latencies) if latencies else float("inf")
+    worst = max(latencies, default=float("inf"))
+    busiest = max(sim_cores, default=0.0)
+    saturated = ("the coordinator" if cores >= max(0.9, busiest) else
+                 "a simulator process" if busiest >= 0.9 else "neither (both under 0.9 core)")
+    checks = {"epochs": complete, "batch rate": rate >= 0.9, "aggregation": worst <= 1000.0,
+              "coordinator cpu": cores < 1.0}
+    sustained = all(checks.values())
+    note = "" if sustained else (
+        f"{', '.join(k for k, ok in checks.items() if not ok)} off target: {len(arrived)}/{epochs} epochs, "
+        f"{len(lost)} lost, batch rate {rate:.2f} of nominal, aggregation {median:.0f}/{worst:.0f} ms "
+        f"(median/worst), coordinator {cores:.2f} cores; saturated first: {saturated}")
     k = f"scale.{workers}"
     rows = [
-        Result.against(f"{k}.coordinator_cpu", cores, "cores", None, "< 1 core"),
-        Result.against(f"{k}.busiest_sim_cpu", max(sim_cores, default=0.0), "cores", None,
-                       "the most loaded simulator process"),
-        Result.against(f"{k}.epoch_ms", slowest, "ms", nominal_ms, "<= 1.2 x nominal (10 Hz)"),
-        Result.against(f"{k}.batch_rate", sent / seconds if seconds else 0.0, "Batch/s", offered),
-        Result.against(f"{k}.aggregation_ms", statistics.median(latencies) if latencies else float("nan"), "ms",
-                       None),
+        Result.against(f"{k}.batch_rate", rate, "of 10 Hz", None, "target >= 0.9"),
+        Result.against(f"{k}.aggregation_ms", median, "ms", None, "median; target <= 1000"),
+        Result.against(f"{k}.aggregation_worst_ms", worst, "ms", None, "target <= 1000"),
+        Result.against(f"{k}.lost", float(len(lost)), "ranks", None, "target 0 (none dies)"),
+        Result.against(f"{k}.coordinator_cpu", cores, "cores", None, f"target < 1; saturated first: {saturated}"),
+        Result.against(f"{k}.busiest_sim_cpu", busiest, "cores", None, "the most loaded simulator process"),
+        Result.against(f"{k}.epoch_ms", slowest, "ms", nominal_ms, "slowest epoch against nominal (10 Hz)"),
     ]
     return rows, sustained, note
 
