@@ -138,33 +138,48 @@ def test_the_demo_leaves_no_temp_or_socket_dir_behind(short_tmp: pathlib.Path) -
     assert pathlib.Path(where).is_dir()
 
 
-def test_ctrl_c_ends_the_demo_and_its_workers_with_one_line(short_tmp: pathlib.Path) -> None:
-    """A Ctrl-C printed about 75 lines of worker tracebacks and left shared memory to the tracker."""
+def _training_demo(short_tmp: pathlib.Path) -> tuple[subprocess.Popen[str], list[int]]:
+    """A demo of 8 epochs as a terminal's foreground job, once it trains: (its process, its workers' pids).
+
+    A shell without job control starts background commands with SIGINT ignored, and Python then
+    installs no KeyboardInterrupt: the demo gets the disposition a terminal's foreground job has."""
     import signal
 
     env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}  # the demo flushes its lines itself
     env["TMPDIR"] = str(short_tmp)
-    # A shell without job control starts background commands with SIGINT ignored, and Python then
-    # installs no KeyboardInterrupt: give the demo the disposition a terminal's foreground job has.
     proc = subprocess.Popen([sys.executable, "-m", "actorwire", "demo", "--epochs", "8"], stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True, env=env,
                             preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     assert proc.stdout is not None
     lines = []
+    for line in proc.stdout:  # bounded by the test's timeout
+        lines.append(line)
+        if line.startswith("    0 "):  # training: every worker joined and one epoch is done
+            break
+    pids = [int(p) for p in re.search(r"pids ([\d, ]+)\)", lines[0]).group(1).split(", ")]  # type: ignore[union-attr]
+    return proc, pids
+
+
+def _ended(proc: subprocess.Popen[str]) -> None:
+    if proc.poll() is None:
+        proc.kill()
+        proc.wait(10)
+    assert proc.stdout is not None
+    proc.stdout.close()
+
+
+def test_ctrl_c_ends_the_demo_and_its_workers_with_one_line(short_tmp: pathlib.Path) -> None:
+    """A Ctrl-C printed about 75 lines of worker tracebacks and left shared memory to the tracker."""
+    import signal
+
+    proc, pids = _training_demo(short_tmp)
     try:
-        for line in proc.stdout:  # bounded by the test's timeout
-            lines.append(line)
-            if line.startswith("    0 "):  # training: every worker joined and one epoch is done
-                break
-        pids = [int(p) for p in re.search(r"pids ([\d, ]+)\)", lines[0]).group(1).split(", ")]  # type: ignore[union-attr]
+        assert proc.stdout is not None
         os.killpg(proc.pid, signal.SIGINT)  # what the terminal sends its foreground group
         rest = proc.stdout.read()
         assert proc.wait(60) == 130
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(10)
-        proc.stdout.close()
+        _ended(proc)
     tail = [line for line in rest.splitlines() if line.strip() and not re.match(r"^\s+(\d+ |eval )", line)]
     assert tail == ["interrupted"], rest
     for pid in pids:
@@ -184,19 +199,8 @@ def test_ctrl_c_again_and_again_during_clean_up_leaves_nothing_behind(short_tmp:
     to init, holding shared memory and the root's sockets."""
     import signal
 
-    env = {k: v for k, v in os.environ.items() if k != "PYTHONUNBUFFERED"}
-    env["TMPDIR"] = str(short_tmp)
-    proc = subprocess.Popen([sys.executable, "-m", "actorwire", "demo", "--epochs", "8"], stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True, start_new_session=True, env=env,
-                            preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
-    assert proc.stdout is not None
-    lines = []
+    proc, pids = _training_demo(short_tmp)
     try:
-        for line in proc.stdout:
-            lines.append(line)
-            if line.startswith("    0 "):
-                break
-        pids = [int(p) for p in re.search(r"pids ([\d, ]+)\)", lines[0]).group(1).split(", ")]  # type: ignore[union-attr]
         # Ctrl-C held down (or pressed again and again) from the first moment of the clean-up on.
         sent = 0
         while proc.poll() is None and sent < int(30 / gap):
@@ -208,10 +212,7 @@ def test_ctrl_c_again_and_again_during_clean_up_leaves_nothing_behind(short_tmp:
                 pass
         proc.wait(60)
     finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait(10)
-        proc.stdout.close()
+        _ended(proc)
     assert proc.returncode == 130 and sent >= 2, (proc.returncode, sent)
     for pid in pids:  # a stopped process answers signal 0 too
         deadline = time.monotonic() + 10
