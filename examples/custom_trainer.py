@@ -32,7 +32,7 @@ def train() -> int:
     x, y, x_test, y_test = digits.load()
     model = digits.model(seed=int(os.environ["ACTORWIRE_RANK"]))  # the first sync makes the ranks' models one
     opt = digits.optimizer(model)
-    with Worker(model=model, communicator=GlooCommunicator(), dataset_size=len(x)) as worker:  # actorwire
+    with Worker(model=model, optimizer=opt, communicator=GlooCommunicator(), dataset_size=len(x)) as worker:  # actorwire
         while (plan := worker.next_plan()) is not None:  # actorwire
             for idx in worker.batches(plan, digits.BATCH, shuffle_seed=digits.SHUFFLE_SEED):  # actorwire
                 t0 = time.perf_counter()

@@ -101,7 +101,7 @@ def _actorwire_rank() -> dict[str, Any]:
     model = digits.model(seed=0)
     opt = digits.optimizer(model)
     inside = reporting = 0.0
-    with Worker(model=model, communicator=GlooCommunicator(timeout_s=30), dataset_size=len(x)) as worker:
+    with Worker(model=model, optimizer=opt, communicator=GlooCommunicator(timeout_s=30), dataset_size=len(x)) as worker:
         t0 = time.perf_counter()
         while True:
             a = time.perf_counter()

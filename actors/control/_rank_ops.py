@@ -11,18 +11,48 @@ from actorwire.messages import Checkpoint, CheckpointResult, EvalResult, Execute
 from actorwire.transport.comm import CommError, Communicator
 
 
-def weighted_average(comm: Communicator, params: list[Any], weight: int, steps: int = 0) -> int:
+def optimizer_state(optimizer: Any, params: list[Any]) -> list[Any]:
+    """The floating-point tensors of ``optimizer``'s state for ``params``, in parameter order and key
+    order (SGD's momentum buffers, Adam's moments and step); empty before its first step."""
+    import torch
+
+    if optimizer is None:
+        return []
+    tensors = []
+    for p in params:
+        state = optimizer.state.get(p, {})
+        for key in sorted(state, key=str):
+            value = state[key]
+            if torch.is_tensor(value) and value.is_floating_point() and value.numel():
+                tensors.append(value)
+    return tensors
+
+
+def weighted_average(comm: Communicator, params: list[Any], weight: int, steps: int = 0,
+                     optimizer: Any = None) -> int:
     """Work-weighted all-reduce: parameters weighed by ``weight`` (``_rank.reduce_weight``: the steps
     since the last sync, or 0 for a rank that takes the others' model), summed, divided once.
 
     ``steps`` (this rank's since its last sync) are summed in the same collective: the total, the
-    steps the average covers, is returned.  Raises ``CommError`` when the group is broken.
+    steps the average covers, is returned.  With ``optimizer``, its state (momentum, moments) is
+    averaged by the same weights, so every rank leaves the sync with one training state, not one
+    model and as many momenta; that is done only when every member has state of one layout (a rank
+    before its first step has none, nor does one without an optimizer): a first collective of four
+    float64 numbers says so, the same on every member.  Raises ``CommError`` when the group is broken.
     """
     import torch
     from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
     with torch.no_grad():
         flat = parameters_to_vector(params)
+        state = optimizer_state(optimizer, params)
+        n = float(sum(t.numel() for t in state))
+        # Every member, optimizer or not, takes part: [members, members with state, sum of sizes,
+        # sum of squared sizes]; all sizes are equal exactly when sum == k*n and sum of squares == k*n*n.
+        layout = torch.tensor([1.0, 1.0 if state else 0.0, n, n * n], dtype=torch.float64, device=flat.device)
+        comm.all_reduce_sum(layout)
+        members, holding, sizes, squares = (float(x) for x in layout)
+        shared = bool(state) and holding == members and sizes == members * n and squares == members * n * n
         # Summed in at least float32: in a half-precision buffer the weights and the step count
         # round (bfloat16 holds integers exactly only up to 256), so the average and the steps it
         # reports would be off.  float32 holds both exactly up to 2**24.
@@ -35,17 +65,25 @@ def weighted_average(comm: Communicator, params: list[Any], weight: int, steps: 
             # Nobody in the group holds the run's model: averaging would keep every rank's own.
             raise CommError("no member of the group holds the run's model (every weight was 0)")
         vector_to_parameters((buf[:-2] / total).to(flat.dtype), params)
+        if shared:
+            sbuf = torch.cat([t.reshape(-1).to(dtype) * w for t in state])
+            comm.all_reduce_sum(sbuf)
+            sbuf /= total
+            offset = 0
+            for t in state:
+                t.copy_(sbuf[offset:offset + t.numel()].view_as(t))
+                offset += t.numel()
         return int(round(float(buf[-1])))
 
 
 def all_reduce(comm: Communicator | None, params: list[Any], weight: int,
-               steps: int = 0) -> tuple[str | None, int | None]:
+               steps: int = 0, optimizer: Any = None) -> tuple[str | None, int | None]:
     """The work-weighted all-reduce, or nothing without parameters or a group: the error, if any, and
     the steps the average covered (None when no collective ran)."""
     if not params or comm is None:
         return None, None
     try:
-        return None, weighted_average(comm, params, weight, steps)
+        return None, weighted_average(comm, params, weight, steps, optimizer)
     except CommError as exc:
         return str(exc), None
 
@@ -103,13 +141,14 @@ def run_checkpoint(rank: int, msg: Checkpoint, fn: Callable[[int], str | None] |
 
 def carry_out(effect: _rank.Effect, protocol: _rank.RankProtocol, comm: Communicator | None, *,
               parameters: Callable[[], list[Any]], evaluate: Callable[[int], float] | None,
-              checkpoint: Callable[[int], str | None] | None, now: Callable[[], float]) -> list[_rank.Effect] | None:
+              checkpoint: Callable[[int], str | None] | None, now: Callable[[], float],
+              optimizer: Any = None) -> list[_rank.Effect] | None:
     """Carry out one of the effects every real rank runs the same way (the all-reduce, forming a group,
     making its id, an abort, an eval, a checkpoint), in the calling thread; the protocol's answer
     to its result comes back.  None for the effects the driver carries out itself (``Send``,
     ``Log``, ``Ended``, ``RunEpochFn``): how it talks and leaves is its own."""
     if isinstance(effect, _rank.AllReduce):
-        error, covered = all_reduce(comm, parameters(), effect.weight, effect.steps)
+        error, covered = all_reduce(comm, parameters(), effect.weight, effect.steps, optimizer)
         return protocol.sync_done(effect.cycle, error, now(), covered)
     if isinstance(effect, _rank.FormGroup):
         return protocol.group_formed(effect.session.attempt, form_group(comm, effect.session), now())

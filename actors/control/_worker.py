@@ -51,7 +51,8 @@ _SESSION_WAIT_S = 60.0
 
 
 class Worker:
-    """See the module doc.  ``model`` (a torch module) is what ``SyncNow`` averages.
+    """See the module doc.  ``model`` (a torch module) is what ``SyncNow`` averages, and with it
+    ``optimizer``'s state when one is given (every rank then leaves a sync with one momentum too).
 
     ``dataset_size``, the samples this rank's data holds, is checked at the join: data shorter than
     the run's dataset is refused there, naming both sizes, instead of training empty slices.
@@ -71,6 +72,7 @@ class Worker:
         world_size: int | None = None,
         system: Any = None,
         model: Any = None,
+        optimizer: Any = None,
         communicator: Communicator | None = None,
         coordinator: str = "coordinator",
         model_signature: str | None = None,
@@ -94,6 +96,8 @@ class Worker:
         #: The launcher's local rank (which GPU of this host), when it said.
         self.local_rank = found.local_rank
         self.model = model
+        #: Its state (momentum, moments) is averaged with the model at each sync (``_rank_ops``).
+        self.optimizer = optimizer
         self.comm = communicator
         if isinstance(communicator, GlooCommunicator) and communicator.towards is None:
             communicator.towards = self.system.endpoint  # peers reach this rank on the route to the root
@@ -434,7 +438,7 @@ class Worker:
         for effect in effects:
             now = time.monotonic
             more = carry_out(effect, p, self.comm, parameters=self._parameters, evaluate=self.eval_fn,
-                             checkpoint=self.checkpoint_fn, now=now)
+                             checkpoint=self.checkpoint_fn, now=now, optimizer=self.optimizer)
             if more is not None:
                 self._run(more)
             elif isinstance(effect, _rank.Send):

@@ -41,7 +41,7 @@ def main() -> int:
     # reaches: when every rank is lost and the launcher starts them again (torchrun --max-restarts),
     # each new rank loads the last one before it trains.
     where = pathlib.Path(os.environ.get("CHECKPOINT_DIR", "checkpoints")).resolve()
-    with Worker(model=model, communicator=GlooCommunicator(timeout_s=10), dataset_size=n,
+    with Worker(model=model, optimizer=optimizer, communicator=GlooCommunicator(timeout_s=10), dataset_size=n,
                 checkpoint_fn=lambda epoch: digits.save(str(where / f"epoch-{epoch}.pt"), model, optimizer),
                 restore_fn=lambda path, epoch: digits.restore(path, model, optimizer)) as worker:
         resumed = f", resumed at epoch {worker.resumed_from[1]}" if worker.resumed_from else ""

@@ -36,14 +36,15 @@ class _Sum:
         return _Member()
 
 
-def _run(members: list[tuple[torch.nn.Module, int, int]]) -> list[Any]:
+def _run(members: list[tuple[torch.nn.Module, int, int]], optimizers: list[Any] | None = None) -> list[Any]:
     group = _Sum(len(members))
     out: list[Any] = [None] * len(members)
 
     def one(i: int) -> None:
         model, weight, steps = members[i]
         try:
-            out[i] = weighted_average(group.member(i), list(model.parameters()), weight, steps)
+            out[i] = weighted_average(group.member(i), list(model.parameters()), weight, steps,
+                                      optimizers[i] if optimizers else None)
         except CommError as exc:
             out[i] = exc
 
@@ -82,6 +83,42 @@ def test_a_group_where_nobody_holds_the_model_is_a_failed_reduce_that_leaves_par
     assert all(isinstance(g, CommError) and "every weight was 0" in str(g) for g in got)
     assert all(torch.equal(p, torch.full_like(p, 1.0)) for p in a.parameters())
     assert all(torch.equal(p, torch.full_like(p, 2.0)) for p in b.parameters())
+
+
+def _stepped(model: torch.nn.Module, kind: str, scale: float) -> Any:
+    """An optimizer of ``kind`` after one step on ``model`` with gradients ``scale`` (state made)."""
+    opt = torch.optim.SGD(model.parameters(), lr=0.0, momentum=0.9) if kind == "sgd" else \
+        torch.optim.Adam(model.parameters(), lr=0.0)
+    for p in model.parameters():
+        p.grad = torch.full_like(p, scale)
+    opt.step()
+    return opt
+
+
+def test_the_optimizer_state_is_averaged_by_the_same_weights() -> None:
+    """After a sync every rank held one model and its own momentum: the next steps moved the ranks'
+    models apart at once (local SGD's momentum drift)."""
+    a, b = _model(1.0, torch.float32), _model(3.0, torch.float32)
+    oa, ob = _stepped(a, "sgd", 1.0), _stepped(b, "sgd", 4.0)
+    assert _run([(a, 3, 3), (b, 1, 1)], [oa, ob]) == [4, 4]
+    for pa, pb in zip(a.parameters(), b.parameters(), strict=True):
+        ma, mb = oa.state[pa]["momentum_buffer"], ob.state[pb]["momentum_buffer"]
+        assert torch.equal(ma, mb) and torch.allclose(ma, torch.full_like(ma, (1.0 * 3 + 4.0 * 1) / 4))
+
+
+@pytest.mark.parametrize("second", ["none", "fresh", "adam"])
+def test_state_of_another_layout_or_none_is_left_alone_and_the_collectives_still_match(second: str) -> None:
+    """A rank without an optimizer, one before its first step, or one of another kind: the
+    parameters are averaged, the states are not (nothing to average them with), and no member
+    waits in a collective the others never enter."""
+    a, b = _model(1.0, torch.float32), _model(3.0, torch.float32)
+    oa = _stepped(a, "sgd", 1.0)
+    ob = None if second == "none" else torch.optim.SGD(b.parameters(), lr=0.1, momentum=0.9) \
+        if second == "fresh" else _stepped(b, "adam", 2.0)
+    before = [oa.state[p]["momentum_buffer"].clone() for p in a.parameters()]
+    assert _run([(a, 1, 1), (b, 1, 1)], [oa, ob]) == [2, 2]
+    assert all(torch.equal(p, torch.full_like(p, 2.0)) for p in a.parameters())
+    assert all(torch.equal(oa.state[p]["momentum_buffer"], m) for p, m in zip(a.parameters(), before, strict=True))
 
 
 @pytest.mark.gpu
