@@ -112,6 +112,29 @@ def system(request: pytest.FixtureRequest) -> Iterator[ActorSystem]:
         s.shutdown()
 
 
+@pytest.fixture(scope="session", autouse=True)
+def _death_records_in_a_directory_of_the_run() -> Iterator[None]:
+    """A Worker that dies writes a death record (``ACTORWIRE_DEATH_DIR``, else the temp directory):
+    the tests' records go to a directory of this session's, removed after; every process the tests
+    start inherits it (one record a run piled up in /tmp)."""
+    import shutil
+    import tempfile
+
+    where = tempfile.mkdtemp(prefix="aw-deaths-")
+    before = os.environ.get("ACTORWIRE_DEATH_DIR")
+    os.environ["ACTORWIRE_DEATH_DIR"] = where
+    reload_settings()
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("ACTORWIRE_DEATH_DIR", None)
+        else:
+            os.environ["ACTORWIRE_DEATH_DIR"] = before
+        reload_settings()
+        shutil.rmtree(where, ignore_errors=True)
+
+
 @pytest.fixture(autouse=True)
 def _logging_left_as_found() -> Iterator[None]:
     """A test that runs a command in-process (which configures logging) leaves no trace behind."""

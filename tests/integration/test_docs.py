@@ -53,7 +53,7 @@ def test_doc_console_examples_run(page: pathlib.Path, tmp_path: pathlib.Path, sh
     commands = [line[2:] for block in CONSOLE.findall(page.read_text()) for line in block.splitlines()
                 if line.startswith("$ ")]
     (tmp_path / "examples").symlink_to(ROOT / "examples")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ACTORWIRE_")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ACTORWIRE_") or k == "ACTORWIRE_DEATH_DIR"}
     env["PATH"] = f"{pathlib.Path(sys.executable).parent}{os.pathsep}{env.get('PATH', '')}"
     env["ACTORWIRE_RUNTIME_DIR"] = str(short_tmp)
     script = "set -euo pipefail\n" + "\n".join(commands) + "\n"

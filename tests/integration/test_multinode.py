@@ -75,7 +75,7 @@ def test_coordinator_cli_and_torchrun_style_workers_over_curve(tmp_path: pathlib
     keys = tmp_path / "keys"
     assert subprocess.run([sys.executable, "-m", "actorwire", "keygen", str(keys)], capture_output=True).returncode == 0
     port = _port()
-    base = {k: v for k, v in os.environ.items() if not k.startswith(("ACTORWIRE_", "SLURM_"))}
+    base = {k: v for k, v in os.environ.items() if not k.startswith(("ACTORWIRE_", "SLURM_")) or k == "ACTORWIRE_DEATH_DIR"}
     base.update(ACTORWIRE_KEYS=str(keys), ACTORWIRE_PORT=str(port), TORCHELASTIC_RUN_ID="t-run", TRAIN_SAMPLES="512")
     coord = subprocess.Popen([sys.executable, "-m", "actorwire", "coordinator", "--bind", f"tcp://127.0.0.1:{port}",
                               "--world-size", "2", "--dataset-size", "512", "--epochs", "2", "--join-timeout", "60"],
@@ -120,7 +120,7 @@ def _script_env(tmp_path: pathlib.Path, **extra: str) -> dict[str, str]:
         (fake / name).write_text(text)
         (fake / name).chmod(0o755)
     venv_bin = str(pathlib.Path(sys.executable).parent)  # actorwire, python and torchrun of this venv
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("ACTORWIRE_", "SLURM_", "TORCHELASTIC_"))}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ACTORWIRE_", "SLURM_", "TORCHELASTIC_")) or k == "ACTORWIRE_DEATH_DIR"}
     env.update(PATH=os.pathsep.join([str(fake), venv_bin, env.get("PATH", "")]), ACTORWIRE_KEYS=str(keys),
                ACTORWIRE_PORT=str(_port()), TRAIN_SAMPLES="512")
     env.update(extra)
@@ -261,7 +261,7 @@ def test_the_sbatch_example_runs_unmodified_under_a_real_slurm(slurm: str, tmp_p
     (submit / "examples").symlink_to(ROOT / "examples")
     keys = submit / "keys"  # the script's default ACTORWIRE_KEYS: $SLURM_SUBMIT_DIR/keys
     assert subprocess.run([sys.executable, "-m", "actorwire", "keygen", str(keys)], capture_output=True).returncode == 0
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("ACTORWIRE_", "SLURM_", "TORCHELASTIC_"))}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ACTORWIRE_", "SLURM_", "TORCHELASTIC_")) or k == "ACTORWIRE_DEATH_DIR"}
     env.update(PATH=os.pathsep.join([str(pathlib.Path(sys.executable).parent), env.get("PATH", "")]),
                SLURM_CONF=slurm, ACTORWIRE_PORT=str(_port()), EPOCHS="20")
     out = tmp_path / "job.out"
@@ -296,7 +296,7 @@ def test_a_rank_killed_mid_run_under_a_real_slurm_is_recovered(slurm: str, tmp_p
     assert subprocess.run([sys.executable, "-m", "actorwire", "keygen", str(submit / "keys")],
                           capture_output=True).returncode == 0
     port = _port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("ACTORWIRE_", "SLURM_", "TORCHELASTIC_"))}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ACTORWIRE_", "SLURM_", "TORCHELASTIC_")) or k == "ACTORWIRE_DEATH_DIR"}
     env.update(PATH=os.pathsep.join([str(pathlib.Path(sys.executable).parent), env.get("PATH", "")]),
                SLURM_CONF=slurm, ACTORWIRE_PORT=str(port), EPOCHS="20")
     out = tmp_path / "job.out"

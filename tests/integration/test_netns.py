@@ -124,7 +124,7 @@ class Lines:
 
 
 def _env(keys: pathlib.Path, **extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("ACTORWIRE_", "SLURM_", "RANK", "MASTER_"))}
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("ACTORWIRE_", "SLURM_", "RANK", "MASTER_")) or k == "ACTORWIRE_DEATH_DIR"}
     env.update(ACTORWIRE_KEYS=str(keys), ACTORWIRE_PREFER_TCP="1", **extra)
     return env
 

@@ -22,7 +22,7 @@ pytestmark = [pytest.mark.slow, pytest.mark.timeout(240)]
 def demo() -> Iterator[tuple[str, dict[str, str]]]:
     """A demo in the middle of its training: (its run id, the environment to reach it with)."""
     tmp = pathlib.Path(tempfile.mkdtemp(prefix="aw", dir="/tmp"))  # short: ipc socket paths are bounded
-    env = {k: v for k, v in os.environ.items() if not k.startswith("ACTORWIRE_")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ACTORWIRE_") or k == "ACTORWIRE_DEATH_DIR"}
     env["TMPDIR"] = str(tmp)
     proc = subprocess.Popen([sys.executable, "-m", "actorwire", "demo", "--epochs", "40"], stdout=subprocess.PIPE,
                             stderr=subprocess.STDOUT, text=True, start_new_session=True, env=env)
