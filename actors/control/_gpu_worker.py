@@ -13,6 +13,7 @@ batches, never behind a whole epoch.  Subclass it and give it the model::
             ...
         def evaluate(self, epoch: int) -> float: ...      # optional
         def parameters(self) -> list: ...                 # what SyncNow averages
+        def optimizer(self): ...                          # optional: its state is averaged too
 
 The all-reduce goes through a :class:`~actorwire.transport.comm.Communicator`
 (gloo by default) formed by the coordinator's ``NewNcclSession``.
@@ -138,6 +139,11 @@ class GpuWorker(Actor):
     def parameters(self) -> list[Any]:
         """The tensors SyncNow averages (default: none, so sync is a no-op)."""
         return []
+
+    def optimizer(self) -> Any:
+        """The torch optimizer whose state (momentum, moments) SyncNow averages with the parameters,
+        by the same weights (default: none, so each rank keeps its own)."""
+        return None
 
     def evaluate(self, epoch: int) -> float:
         raise NotImplementedError(f"{type(self).__name__} has no evaluate()")
@@ -366,7 +372,8 @@ class GpuWorkerEffects(EffectsAdapter):
         if not self.obeys(ctx):
             return
         weight = msg.steps if msg.weight is None else msg.weight
-        error, covered = all_reduce(self.worker.comm, self.worker.parameters(), weight, msg.steps)
+        error, covered = all_reduce(self.worker.comm, self.worker.parameters(), weight, msg.steps,
+                                    self.worker.optimizer())
         ctx.tell(self.owner, ParamsReduced(cycle=msg.cycle, error=error, covered=covered))
 
     @handler

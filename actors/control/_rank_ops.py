@@ -28,6 +28,57 @@ def optimizer_state(optimizer: Any, params: list[Any]) -> list[Any]:
     return tensors
 
 
+def _layout(comm: Communicator, state: list[Any], device: Any) -> tuple[float, float, bool]:
+    """One collective of four float64 numbers, the same on every member: [members, members with
+    state, sum of sizes, sum of squared sizes] (all sizes are equal exactly when sum == k*n and sum
+    of squares == k*n*n).  Returns the members, those with state, and whether every one holds state
+    of this member's size."""
+    import torch
+
+    n = float(sum(t.numel() for t in state))
+    layout = torch.tensor([1.0, 1.0 if state else 0.0, n, n * n], dtype=torch.float64, device=device)
+    comm.all_reduce_sum(layout)
+    members, holding, sizes, squares = (float(x) for x in layout)
+    return members, holding, bool(state) and holding == members and sizes == members * n and squares == members * n * n
+
+
+def _materialize(optimizer: Any, params: list[Any]) -> None:
+    """Give ``optimizer`` its state (zeros of the layout its first step makes) without moving the
+    parameters or their gradients: one step on zero gradients, the parameters put back after."""
+    import torch
+
+    saved = [p.detach().clone() for p in params]
+    grads = [p.grad for p in params]
+    for p in params:
+        p.grad = torch.zeros_like(p)
+    optimizer.step()
+    with torch.no_grad():
+        for p, s in zip(params, saved, strict=True):
+            p.copy_(s)
+    for p, g in zip(params, grads, strict=True):
+        p.grad = g
+
+
+def _shared_state(comm: Communicator, optimizer: Any, params: list[Any], weight: int,
+                  device: Any) -> tuple[list[Any], bool]:
+    """This member's optimizer state and whether every member holds state of its layout.
+
+    A member that takes the others' model (weight 0: it joined late or rejoined) before its own
+    first step has no state: it would train on from zero momentum (or Adam's moments and step at
+    0) beside ranks with theirs.  When some members hold state and others do not, those without
+    that take the model make theirs (zeros, by one step on zero gradients) and a second layout
+    collective decides; the average then gives them the holders' state, as it gives them the
+    model."""
+    state = optimizer_state(optimizer, params)
+    members, holding, shared = _layout(comm, state, device)
+    if 0 < holding < members:  # every member sees the same numbers, so every one takes this branch
+        if not state and optimizer is not None and weight == 0:
+            _materialize(optimizer, params)
+            state = optimizer_state(optimizer, params)
+        _, _, shared = _layout(comm, state, device)
+    return state, shared
+
+
 def weighted_average(comm: Communicator, params: list[Any], weight: int, steps: int = 0,
                      optimizer: Any = None) -> int:
     """Work-weighted all-reduce: parameters weighed by ``weight`` (``_rank.reduce_weight``: the steps
@@ -37,22 +88,16 @@ def weighted_average(comm: Communicator, params: list[Any], weight: int, steps: 
     steps the average covers, is returned.  With ``optimizer``, its state (momentum, moments) is
     averaged by the same weights, so every rank leaves the sync with one training state, not one
     model and as many momenta; that is done only when every member has state of one layout (a rank
-    before its first step has none, nor does one without an optimizer): a first collective of four
-    float64 numbers says so, the same on every member.  Raises ``CommError`` when the group is broken.
+    without an optimizer has none): a first collective of four float64 numbers says so, the same on
+    every member.  A rank that takes the model (weight 0) before its first step makes its state and
+    takes the holders' with the model (``_shared_state``).  Raises ``CommError`` when the group is broken.
     """
     import torch
     from torch.nn.utils import parameters_to_vector, vector_to_parameters
 
     with torch.no_grad():
         flat = parameters_to_vector(params)
-        state = optimizer_state(optimizer, params)
-        n = float(sum(t.numel() for t in state))
-        # Every member, optimizer or not, takes part: [members, members with state, sum of sizes,
-        # sum of squared sizes]; all sizes are equal exactly when sum == k*n and sum of squares == k*n*n.
-        layout = torch.tensor([1.0, 1.0 if state else 0.0, n, n * n], dtype=torch.float64, device=flat.device)
-        comm.all_reduce_sum(layout)
-        members, holding, sizes, squares = (float(x) for x in layout)
-        shared = bool(state) and holding == members and sizes == members * n and squares == members * n * n
+        state, shared = _shared_state(comm, optimizer, params, weight, flat.device)
         # Summed in at least float32: in a half-precision buffer the weights and the step count
         # round (bfloat16 holds integers exactly only up to 256), so the average and the steps it
         # reports would be off.  float32 holds both exactly up to 2**24.

@@ -163,3 +163,31 @@ def test_a_failed_training_step_is_an_error_naming_the_batch() -> None:
 
     with _pytest.raises(Exception, match="training batch 0-100 failed: RuntimeError: CUDA out of memory"):
         h.deliver(m.Throttle(), sender="worker/0")
+
+
+def test_the_optimizer_a_subclass_names_has_its_state_averaged_with_the_parameters() -> None:
+    """GpuWorker averaged the parameters only: each rank went on with its own momentum."""
+    import torch
+
+    h = _joined_worker()
+    w = h.actor
+    w.opt = torch.optim.SGD(w.model.parameters(), lr=0.1, momentum=0.9)
+    w.train_batch(range(0, 100))  # the momentum buffers exist
+    sizes: list[int] = []
+
+    class Recording:
+        def init(self, uid: bytes, rank: int, world_size: int) -> None:
+            pass
+
+        def all_reduce_sum(self, tensor: torch.Tensor) -> None:
+            sizes.append(tensor.numel())
+
+    w.comm = Recording()
+    h.deliver(m.NewNcclSession(uid=b"x", new_rank=0, new_world_size=1, attempt=3), sender="coordinator")
+    h.deliver(m.SyncNow(cycle=2), sender="coordinator")
+    params = sum(p.numel() for p in w.model.parameters())
+    assert sizes == [4, params + 2]  # the layout, the parameters (no optimizer named)
+    sizes.clear()
+    w.optimizer = lambda: w.opt  # type: ignore[method-assign]
+    h.deliver(m.SyncNow(cycle=3), sender="coordinator")
+    assert sizes == [4, params + 2, params]  # and the momentum, by the same weights

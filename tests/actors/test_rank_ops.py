@@ -121,6 +121,35 @@ def test_state_of_another_layout_or_none_is_left_alone_and_the_collectives_still
     assert all(torch.equal(oa.state[p]["momentum_buffer"], m) for p, m in zip(a.parameters(), before, strict=True))
 
 
+@pytest.mark.parametrize("kind", ["sgd", "adam"])
+def test_a_rank_that_takes_the_model_before_its_first_step_takes_the_optimizer_state_too(kind: str) -> None:
+    """A rank that rejoined (weight 0, no step yet) got the model at its first sync but no state: it
+    trained on from zero momentum (Adam: zero moments, step 0) beside ranks with theirs, and its
+    state was averaged in only after its first step.  Now it leaves the sync with the holders'."""
+    a, b, c = _model(1.0, torch.float32), _model(3.0, torch.float32), _model(9.0, torch.float32)
+    oa, ob = _stepped(a, kind, 1.0), _stepped(b, kind, 4.0)
+    oc = torch.optim.SGD(c.parameters(), lr=0.1, momentum=0.9) if kind == "sgd" else \
+        torch.optim.Adam(c.parameters(), lr=0.1)
+    grads = [torch.full_like(p, 7.0) for p in c.parameters()]
+    for p, g in zip(c.parameters(), grads, strict=True):
+        p.grad = g
+    assert _run([(a, 3, 3), (b, 1, 1), (c, 0, 0)], [oa, ob, oc]) == [4, 4, 4]
+    for pa, pc, g in zip(a.parameters(), c.parameters(), grads, strict=True):
+        assert torch.equal(pa, pc) and pc.grad is g  # the model taken, its gradients untouched
+        assert sorted(oa.state[pa], key=str) == sorted(oc.state[pc], key=str)
+        for key, value in oa.state[pa].items():
+            assert torch.equal(value, oc.state[pc][key]), key
+
+
+def test_a_taker_without_an_optimizer_leaves_every_state_alone_and_the_collectives_match() -> None:
+    a, b, c = _model(1.0, torch.float32), _model(3.0, torch.float32), _model(9.0, torch.float32)
+    oa, ob = _stepped(a, "sgd", 1.0), _stepped(b, "sgd", 4.0)
+    before = [oa.state[p]["momentum_buffer"].clone() for p in a.parameters()]
+    assert _run([(a, 1, 1), (b, 1, 1), (c, 0, 0)], [oa, ob, None]) == [2, 2, 2]
+    assert all(torch.equal(oa.state[p]["momentum_buffer"], m) for p, m in zip(a.parameters(), before, strict=True))
+    assert all(torch.equal(p, torch.full_like(p, 2.0)) for p in c.parameters())
+
+
 @pytest.mark.gpu
 def test_the_weighted_average_over_real_nccl_on_the_gpu() -> None:
     if not torch.cuda.is_available():
