@@ -136,8 +136,12 @@ def _actorwire_rank() -> dict[str, Any]:
     reporting, steps = 0.0, 0
     _rank_ops.weighted_average = clock.timed(_rank_ops.weighted_average)  # type: ignore[method-assign]
     with Worker(model=model, optimizer=opt, communicator=GlooCommunicator(timeout_s=30), dataset_size=len(x)) as worker:
+        # The first plan comes after the group formed and the first sync gave every rank one model;
+        # the clock starts there and stops at the last (None), as DDP's starts after its process
+        # group and its construction's broadcast and stops before destroy_process_group.
+        plan = worker.next_plan()
         t0 = time.perf_counter()
-        while (plan := clock.call(worker.next_plan)[0]) is not None:
+        while plan is not None:
             batches = iter(worker.batches(plan, digits.BATCH, shuffle_seed=digits.SHUFFLE_SEED))
             while (idx := clock.call(next, batches, None)[0]) is not None:
                 b = time.perf_counter()
@@ -145,8 +149,9 @@ def _actorwire_rank() -> dict[str, Any]:
                 reporting += clock.call(worker.report_timing, (time.perf_counter() - b) * 1000, loss)[1]
                 steps += 1
             clock.call(worker.report_epoch, plan)
-        clock.call(worker.finish)
+            plan = clock.call(worker.next_plan)[0]
         wall = time.perf_counter() - t0
+        worker.finish()
     return {"rank": worker.rank, "wall": wall, "inside": clock.wall, "reporting": reporting,
             "reduce": clock.reduce_wall, "own": clock.cpu - clock.reduce_cpu, "steps": steps,
             "accuracy": digits.accuracy(model, x_test, y_test), "params": digits.checksum(model)}
