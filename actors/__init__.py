@@ -10,11 +10,12 @@ plane) and :mod:`actorwire.actors.weights` (weight transfer); the test kit in
 
 from __future__ import annotations
 
+from actorwire.actors._builtin import replay
 from actorwire.actors.runtime._actor import Actor, EffectsAdapter, effects_name, handler
 from actorwire.actors.runtime._context import Context
 from actorwire.actors.runtime._inbox import Inbox, Received
 from actorwire.actors.runtime._launch import ActorSpec, ChildProcess, attach
-from actorwire.actors.runtime._replay import ReplayReport, replay
+from actorwire.actors.runtime._replay import ReplayReport
 from actorwire.actors.runtime._system import ActorSystem, UnexpectedReply
 from actorwire.messages import ActorwireError
 from actorwire.messages._public import publish as _publish

@@ -43,7 +43,7 @@ def main(directory: str, classes: dict[str, str]) -> int:
     torch.cuda._lazy_init = no_cuda
     import tempfile
 
-    from actorwire.actors.runtime._replay import replay
+    from actorwire.actors import replay
     from actorwire.transport._settings import settings
     from actorwire.transport.recording import Segment, actor_logs
 

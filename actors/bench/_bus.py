@@ -29,12 +29,13 @@ from actorwire import messages as m
 from actorwire.actors.bench._harness import Result
 from actorwire.actors.runtime._actor import Actor, handler
 from actorwire.actors.runtime._context import Context
-from actorwire.transport._errors import WaitTimeout
-from actorwire.transport._settings import reload_settings
+from actorwire.actors.runtime._replay import register_replayable
+from actorwire.transport.internal import WaitTimeout, reload_settings
 
 BATCH = m.Batch(rank=3, batch_ms=12.5, step_count=1000, batch_loss=0.25, data_ms=1.5)
 
 
+@register_replayable
 class Sink(Actor):
     """Counts Batch messages; tells ``notify`` once ``expect`` have arrived."""
 
@@ -58,6 +59,7 @@ class Sink(Actor):
         ctx.reply(m.SyncAck(rank=0, step_count=0))
 
 
+@register_replayable
 class Flooder(Actor):
     """On ``StartEpoch(partition_size=N)`` tells N Batch messages to ``target`` (or broadcasts)."""
 
@@ -75,6 +77,7 @@ class Flooder(Actor):
                 tell(target, BATCH)
 
 
+@register_replayable
 class Echo(Actor):
     never_blocks = True  # a reply and nothing else: handled on the I/O thread when idle
 
@@ -209,7 +212,7 @@ def run(n: int = 200_000, asks: int = 3000, progress: Any = sys.stderr) -> list[
 
 def _run(run_dir: str, n: int, asks: int, progress: Any) -> list[Result]:
     from actorwire.actors.runtime._system import ActorSystem
-    from actorwire.transport._security import keygen
+    from actorwire.transport.internal import keygen
 
     def say(text: str) -> None:
         if progress.isatty():

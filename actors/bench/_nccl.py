@@ -24,7 +24,7 @@ import time
 from typing import Any
 
 from actorwire.actors.bench._harness import Result
-from actorwire.transport._errors import ChildFailed
+from actorwire.transport.internal import ChildFailed
 
 SIZES = [1 << 20, 4 << 20, 16 << 20, 64 << 20, 256 << 20, 1 << 30]
 

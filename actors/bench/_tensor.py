@@ -46,9 +46,7 @@ def _consumer() -> None:
     """Child: for each line (hex msgpack of a name->TensorRef map) open, copy out, answer."""
     import torch
 
-    from actorwire.transport.planes._cuda_ipc import CudaIpcImporter
-    from actorwire.transport.planes._frames import FramesImporter
-    from actorwire.transport.planes._shm import ShmImporter
+    from actorwire.transport.internal import CudaIpcImporter, FramesImporter, ShmImporter
 
     decoder = msgspec.msgpack.Decoder(dict[str, m.TensorRef])
     dst: dict[tuple[Any, ...], Any] = {}
@@ -156,7 +154,7 @@ def _ring_rate(src: Any, child: _Child, repeats: int) -> float:
     each packed into slot ``seq % RING_SLOTS`` of a consumer's serve ring and copied out by the
     consumer, which issues pull ``seq`` once pull ``seq - RING_SLOTS`` drained.  The producer packs
     the next layer while the consumer copies out this one."""
-    from actorwire.transport.planes._serve import ServeRing
+    from actorwire.transport.internal import ServeRing
 
     layers = list(src.chunk(RING_PULLS))
     ring = ServeRing(m.Plane.SHM)
@@ -184,9 +182,7 @@ def run(sizes: list[str] | None = None, repeats: int = 3, progress: Any = sys.st
 
     import torch
 
-    from actorwire.transport._security import Security, keygen
-    from actorwire.transport.planes._frames import FramesExporter
-    from actorwire.transport.planes._shm import ShmExporter
+    from actorwire.transport.internal import FramesExporter, Security, ShmExporter, keygen
 
     results: list[Result] = []
     keys = tempfile.mkdtemp(prefix="actorwire-bench-keys-")
@@ -240,7 +236,7 @@ def run(sizes: list[str] | None = None, repeats: int = 3, progress: Any = sys.st
 def _cuda(child: _Child, sizes: list[str], repeats: int) -> list[Result]:
     import torch
 
-    from actorwire.transport.planes._cuda_ipc import CudaIpcExporter, cuda_python
+    from actorwire.transport.internal import CudaIpcExporter, cuda_python
 
     out: list[Result] = []
     paths = [("cuda_ipc", True)] if cuda_python() is not None else []
@@ -284,8 +280,8 @@ def _cuda(child: _Child, sizes: list[str], repeats: int) -> list[Result]:
 def _publish_group64() -> list[Result]:
     import torch
 
-    from actorwire.transport.planes import _local
-    from actorwire.transport.planes._shm import ShmExporter
+    from actorwire.transport.internal import ShmExporter
+    from actorwire.transport.internal import local_plane as _local
 
     group = {f"layers.3.w{i}": torch.randn(256) for i in range(64)}
     codec = m.Codec()

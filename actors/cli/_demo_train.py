@@ -13,7 +13,7 @@ import time
 from typing import Any
 
 from actorwire.actors import _names
-from actorwire.transport._settings import settings
+from actorwire.transport.internal import settings
 
 DIM = 16
 

@@ -581,7 +581,7 @@ def cmd_export(args: argparse.Namespace) -> int:
 
 
 def cmd_replay(args: argparse.Namespace) -> int:
-    from actorwire.actors.runtime._replay import replay
+    from actorwire.actors import replay
 
     if args.state and args.until is None:
         note("--state prints the actor after message --until N: give --until")

@@ -18,11 +18,11 @@ import threading
 import uuid
 
 from actorwire import messages as m
-from actorwire.transport._settings import settings
+from actorwire.transport.internal import settings
 
 
 def cmd_keygen(args: argparse.Namespace) -> int:
-    from actorwire.transport._security import keygen
+    from actorwire.transport.internal import keygen
 
     try:
         public, secret = keygen(args.dir, args.name)
@@ -40,7 +40,7 @@ def cmd_coordinator(args: argparse.Namespace) -> int:
     from actorwire.actors.control._coordinator import Coordinator
     from actorwire.actors.runtime._launch import launch_env
     from actorwire.actors.runtime._system import ActorSystem
-    from actorwire.transport._endpoints import is_tcp
+    from actorwire.transport.internal import is_tcp
 
     if not is_tcp(args.bind):
         print(f"actorwire coordinator: --bind must be tcp://HOST:PORT, got {args.bind!r}", file=sys.stderr)

@@ -23,7 +23,7 @@ from typing import Any
 import msgspec
 
 from actorwire import messages as m
-from actorwire.transport._errors import ConfigError
+from actorwire.transport.internal import ConfigError
 
 _INTROSPECTOR = ".introspect/"
 
@@ -37,7 +37,7 @@ def _choose_run(args: argparse.Namespace) -> tuple[str, str]:
         if not (args.join and args.run_id):
             raise ConfigError("--join and --run-id go together (the run id proves you belong to the run)")
         return args.join, args.run_id
-    from actorwire.transport._endpoints import local_runs
+    from actorwire.transport.internal import local_runs
 
     runs = local_runs()
     if args.run:

@@ -13,7 +13,7 @@ import operator
 from typing import Any
 
 from actorwire.messages import UsageError
-from actorwire.transport._errors import NotFound
+from actorwire.transport.internal import NotFound
 
 _CMP = {ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt, ast.LtE: operator.le,
         ast.Gt: operator.gt, ast.GtE: operator.ge, ast.In: lambda a, b: a in b,

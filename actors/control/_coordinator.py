@@ -42,6 +42,7 @@ from actorwire.actors.control._ledger import (
 from actorwire.actors.control._phases import ACCEPTED, Event, Phase, next_phase
 from actorwire.actors.runtime._actor import Actor, EffectsAdapter, effects_name, handler
 from actorwire.actors.runtime._context import Context
+from actorwire.actors.runtime._replay import register_replayable
 from actorwire.messages import (
     ActorDetail,
     Batch,
@@ -90,7 +91,7 @@ from actorwire.messages import (
     WriteMeta,
 )
 from actorwire.transport import ActorDead, UnknownActor
-from actorwire.transport._errors import InvalidArgument
+from actorwire.transport.internal import InvalidArgument
 
 _RENDEZVOUS_ROUNDS = 3  # times every survivor is asked for a group id before the run gives up
 _CASCADE_S = 5.0  # every rank lost within this long: a launcher stopped them, not deaths of their own
@@ -131,6 +132,7 @@ def _count_batch(r: RankState, cost: float) -> None:
     r.ms_per_batch = cost if r.ms_per_batch is None else (1 - EWMA) * r.ms_per_batch + EWMA * cost
 
 
+@register_replayable
 class Coordinator(Actor):
     """See the module doc and ``docs/control-plane.md``."""
 

@@ -14,7 +14,7 @@ from typing import Any, Callable
 import msgspec
 
 from actorwire.messages import EpochMetrics, JoinRequest, MetricsMsg
-from actorwire.transport._errors import InvalidArgument
+from actorwire.transport.internal import InvalidArgument
 
 #: ``schedule_id`` of the single canonical eval at the end of the run.
 FINAL_EVAL = 2**63 - 1

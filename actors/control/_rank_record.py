@@ -26,8 +26,9 @@ from typing import Any
 import msgspec
 
 from actorwire.actors.control._rank import RankProtocol, Send
+from actorwire.actors.runtime._replay import register_log_replayer
 from actorwire.messages import AnyMessage, Envelope, Message
-from actorwire.transport._errors import InvalidArgument
+from actorwire.transport.internal import InvalidArgument
 from actorwire.transport.recording import Call, Clock, Effect, In, LogHeader, Out, SegmentWriter, row
 
 #: The header's ``actor_class`` for a rank's protocol log.
@@ -213,3 +214,5 @@ def replay_protocol(header: LogHeader, records: list[Any]) -> tuple[int, list[tu
             return done, [(record.index, name, repr(recorded_result), repr(_result(result)))]
     return done, []
 
+
+register_log_replayer(PROTOCOL_CLASS, replay_protocol)

@@ -22,8 +22,9 @@ from __future__ import annotations
 from actorwire.actors import _names
 from actorwire.actors.runtime._actor import Actor, handler
 from actorwire.actors.runtime._context import Context
+from actorwire.actors.runtime._replay import register_replayable
 from actorwire.messages import Batch, Heartbeat, RelayReport, TimerFired
-from actorwire.transport._errors import ActorDead, InvalidArgument, UnknownActor
+from actorwire.transport.internal import ActorDead, InvalidArgument, UnknownActor
 
 
 class RelayBuffer:
@@ -62,6 +63,7 @@ class RelayBuffer:
         return report
 
 
+@register_replayable
 class Relay(Actor):
     """Forwards the ``Batch`` and ``Heartbeat`` reports of the ranks of its host, ``interval`` s at
     a time.  Run one per host (``relay/<host>``) and give each rank ``relay=`` that name."""

@@ -40,10 +40,8 @@ from actorwire.actors.control._rank_ops import carry_out
 from actorwire.actors.control._rank_record import RecordedProtocol, recorded
 from actorwire.messages import EpochMetrics, IntentKind, SaveReason, ShutdownWithSave
 from actorwire.transport import ActorDead, SystemClosed, UnknownActor
-from actorwire.transport._errors import InvalidArgument
-from actorwire.transport._log import get_logger
-from actorwire.transport._settings import settings
 from actorwire.transport.comm import Communicator, GlooCommunicator
+from actorwire.transport.internal import InvalidArgument, get_logger, settings
 
 __all__ = ["Plan", "Worker", "WorkerError"]
 

@@ -28,7 +28,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from actorwire.messages import ActorDetail, Message
-from actorwire.transport._errors import WrongType
+from actorwire.transport.internal import WrongType
 
 if TYPE_CHECKING:
     from actorwire.actors.runtime._context import Context

@@ -12,7 +12,7 @@ import msgspec
 
 from actorwire.actors.runtime._launch import ChildSpec, load_actor, set_process_title
 from actorwire.actors.runtime._system import ActorSystem
-from actorwire.transport._log import get_logger
+from actorwire.transport.internal import get_logger
 
 
 def main(argv: list[str]) -> int:

@@ -27,8 +27,7 @@ import msgspec
 
 from actorwire.actors.runtime._timers import check_delay
 from actorwire.messages import ActorwireError, DownReason, Envelope, Message
-from actorwire.transport._errors import ActorDead, NotAnAsk, UnknownActor
-from actorwire.transport._log import get_logger
+from actorwire.transport.internal import ActorDead, NotAnAsk, UnknownActor, get_logger
 from actorwire.transport.recording import Clock, Draw, Effect, Out
 
 _OUT = Out.__struct_config__.tag

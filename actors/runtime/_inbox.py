@@ -5,9 +5,9 @@ from __future__ import annotations
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
+from actorwire.actors.runtime._mailbox import Mailbox
 from actorwire.messages import Envelope, Message
-from actorwire.transport._errors import NotAnAsk
-from actorwire.transport._mailbox import Mailbox
+from actorwire.transport.internal import NotAnAsk
 
 if TYPE_CHECKING:
     from actorwire.actors.runtime._system import ActorSystem

@@ -23,10 +23,17 @@ from typing import Any
 import msgspec
 
 from actorwire.actors.runtime._actor import Actor
-from actorwire.transport._endpoints import ipc_endpoint, new_node_id
-from actorwire.transport._errors import ConfigError, InvalidArgument, JoinRefused, WrongType
-from actorwire.transport._log import get_logger
-from actorwire.transport._settings import Settings, settings
+from actorwire.transport.internal import (
+    ConfigError,
+    InvalidArgument,
+    JoinRefused,
+    Settings,
+    WrongType,
+    get_logger,
+    ipc_endpoint,
+    new_node_id,
+    settings,
+)
 
 
 class ActorSpec(msgspec.Struct, frozen=True):
@@ -118,7 +125,7 @@ class ChildProcess:
         if code != 0:
             if not self._quiet:
                 self._log.warning("child process exited", status=code)
-            from actorwire.transport.planes._shm import sweep
+            from actorwire.transport.internal import sweep
 
             swept = sweep(self.process.pid)  # it died before unlinking its segments
             if swept:

@@ -16,7 +16,7 @@ from typing import Any
 
 import msgspec
 
-from actorwire.transport._settings import settings
+from actorwire.transport.internal import settings
 from actorwire.transport.recording import (
     Begin,
     In,

@@ -24,14 +24,14 @@ from __future__ import annotations
 import dataclasses
 import pathlib
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeVar
 
 import msgspec
 
 from actorwire.actors.runtime._actor import Actor, dispatch
 from actorwire.actors.runtime._context import ReplayContext, ReplayExhausted, Sent
 from actorwire.messages import Message
-from actorwire.transport._errors import InvalidArgument, NoSuchFile, WrongType
+from actorwire.transport.internal import InvalidArgument, NoSuchFile, WrongType
 from actorwire.transport.recording import (
     Begin,
     Clock,
@@ -51,17 +51,34 @@ class UntrustedClass(InvalidArgument):
     """The recording names an actor class that is not built in, and the caller did not name one."""
 
 
-def built_in() -> dict[str, type[Actor]]:
-    """Recorded ``actor_class`` -> the class replay builds for it: the package's own actors, imported
-    from here by fixed names, never from what a file says."""
-    from actorwire.actors.bench import _bus
-    from actorwire.actors.control import Coordinator
-    from actorwire.actors.control._relay import Relay
-    from actorwire.actors.weights import ModelConsumer, WeightConsumer, WeightProducer
+#: Recorded ``actor_class`` -> the class replay builds for it: the package's own actors, each
+#: registered by its module (``register_replayable``), never a class a file names.  The runtime
+#: imports nothing above it; ``actorwire.actors.replay`` loads the built-in actors first.
+_REPLAYABLE: list[type[Actor]] = []
+#: Recorded ``actor_class`` -> how to replay a log that is not an actor's (a rank's protocol).
+_LOG_REPLAYERS: dict[str, Callable[[LogHeader, list[Any]], tuple[int, list[tuple[int, str, str, str]]]]] = {}
 
-    classes: list[type[Actor]] = [Coordinator, Relay, WeightProducer, WeightConsumer, ModelConsumer,
-                                  _bus.Sink, _bus.Flooder, _bus.Echo]
-    return {f"{cls.__module__}:{cls.__qualname__}": cls for cls in classes}
+A = TypeVar("A", bound=type[Actor])
+
+
+def register_replayable(cls: A) -> A:
+    """Class decorator: replay may build ``cls`` for a recording that names it (a built-in actor)."""
+    _REPLAYABLE.append(cls)
+    return cls
+
+
+def register_log_replayer(actor_class: str,
+                          fn: Callable[[LogHeader, list[Any]], tuple[int, list[tuple[int, str, str, str]]]]) -> None:
+    """Logs whose header names ``actor_class`` are replayed by ``fn(header, records)`` -> (count,
+    divergences as (index, kind, expected, got))."""
+    _LOG_REPLAYERS[actor_class] = fn
+
+
+def built_in() -> dict[str, type[Actor]]:
+    """Recorded ``actor_class`` -> the class replay builds for it (see ``register_replayable``).  Keyed
+    when asked, not at registration: a public class's ``__module__`` is its package's once the
+    package has published it, and recordings name it so."""
+    return {f"{cls.__module__}:{cls.__qualname__}": cls for cls in _REPLAYABLE}
 
 
 def _named_class(target: str) -> type[Actor]:
@@ -277,12 +294,11 @@ def replay(
     """
     notes: list[str] = []
     header, records = load_records(log, actor, notes)
-    from actorwire.actors.control._rank_record import PROTOCOL_CLASS, replay_protocol
-
-    if header.actor_class == PROTOCOL_CLASS and actor_factory is None and actor_class is None:
+    replay_log = _LOG_REPLAYERS.get(header.actor_class)
+    if replay_log is not None and actor_factory is None and actor_class is None:
         if until is not None or stop_before is not None:
             raise InvalidArgument(f"{header.actor} is a rank's protocol log: --until and --break step actors only")
-        count, found = replay_protocol(header, records)
+        count, found = replay_log(header, records)
         return ReplayReport(header.actor, header.actor_class, count,
                             [Divergence(i, kind, want, got, []) for i, kind, want, got in found], notes)
     instance = actor_factory(header) if actor_factory else build_actor(header, actor_class)

@@ -26,6 +26,7 @@ from actorwire.actors.runtime._actor import Actor, effects_name
 from actorwire.actors.runtime._context import LiveContext, RecordingContext
 from actorwire.actors.runtime._inbox import Inbox
 from actorwire.actors.runtime._launch import ActorSpec, ChildProcess, set_process_title
+from actorwire.actors.runtime._mailbox import Mailbox
 from actorwire.actors.runtime._record import IN_TAG as _IN
 from actorwire.actors.runtime._record import Recorder, RecordSettings
 from actorwire.actors.runtime._timers import Timers
@@ -52,16 +53,15 @@ from actorwire.transport import (
     SystemClosed,
     UnknownActor,
 )
-from actorwire.transport._errors import (
+from actorwire.transport.internal import (
     ChildFailed,
     DeliveryError,
     InvalidArgument,
+    Node,
+    Security,
     WrongType,
+    get_logger,
 )
-from actorwire.transport._log import get_logger
-from actorwire.transport._mailbox import Mailbox
-from actorwire.transport._node import Node
-from actorwire.transport._security import Security
 
 R = TypeVar("R", bound=Message)
 _STOP = object()

@@ -30,7 +30,7 @@ from actorwire.messages import (
     Message,
     TimerFired,
 )
-from actorwire.transport._errors import InvalidArgument
+from actorwire.transport.internal import InvalidArgument
 
 
 class ActorHarness:

@@ -10,7 +10,7 @@ import time
 from typing import Any
 
 from actorwire.messages import Envelope, TimerFired
-from actorwire.transport._errors import InvalidArgument, WrongType
+from actorwire.transport.internal import InvalidArgument, WrongType
 
 
 def check_delay(key: str, delay: float, periodic: bool) -> None:

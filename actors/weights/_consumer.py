@@ -30,6 +30,7 @@ import msgspec
 
 from actorwire.actors.runtime._actor import Actor, effects_name, handler
 from actorwire.actors.runtime._context import Context
+from actorwire.actors.runtime._replay import register_replayable
 from actorwire.actors.weights._plan import Chunk, WeightPlan
 from actorwire.messages import (
     ActorDetail,
@@ -49,12 +50,13 @@ from actorwire.messages import (
     TimerFired,
     WritePull,
 )
-from actorwire.transport._errors import InvalidArgument
+from actorwire.transport.internal import InvalidArgument
 
 #: Seconds between attempts to reserve on producers that do not exist yet.
 RESERVE_RETRY = 0.2
 
 
+@register_replayable
 class WeightConsumer(Actor):
     """Pulls weights into ``tensors`` (name -> tensor of the consumer's model, written in place)."""
 
@@ -62,7 +64,7 @@ class WeightConsumer(Actor):
                  wanted: list[str] | None = None, host: str | None = None, address: str | None = None) -> None:
         self.consumer_id = consumer_id
         if host is None or address is None:  # where this consumer runs, said at each reservation (recorded)
-            from actorwire.transport.planes._choose import host_address, host_identity
+            from actorwire.transport.internal import host_address, host_identity
 
             host = host_identity() if host is None else host
             address = host_address() if address is None else address
@@ -314,6 +316,7 @@ class WeightConsumer(Actor):
             chunk.rank == rank for chunk in self.inflight.values())
 
 
+@register_replayable
 class ModelConsumer(WeightConsumer):
     """A consumer owning a torch model, built in its own process by ``factory`` ("module:function").
 

@@ -27,8 +27,8 @@ from actorwire.messages import (
     StateDigest,
     WritePull,
 )
-from actorwire.transport._errors import InvalidArgument
-from actorwire.transport.planes import _local
+from actorwire.transport.internal import InvalidArgument
+from actorwire.transport.internal import local_plane as _local
 
 
 def _reason(exc: BaseException) -> str:
@@ -46,7 +46,7 @@ class ProducerEffects(EffectsAdapter):
         self.ring: Any = None
 
     def on_start(self, ctx: Context) -> None:
-        from actorwire.transport.planes._serve import ServeRing
+        from actorwire.transport.internal import ServeRing
 
         self.ring = ServeRing(self.plane, device=self.device, digests=self.digests)
 
@@ -97,7 +97,7 @@ class ConsumerEffects(EffectsAdapter):
         self.importer: Any = None
 
     def on_start(self, ctx: Context) -> None:
-        from actorwire.transport.planes._serve import TensorImporter
+        from actorwire.transport.internal import TensorImporter
 
         self.importer = TensorImporter()
         if self.factory is not None:

@@ -26,7 +26,7 @@ import msgspec
 
 from actorwire.actors import _names
 from actorwire.messages import ActorwireError, Record
-from actorwire.transport._errors import InvalidArgument
+from actorwire.transport.internal import InvalidArgument
 
 
 class WeightSyncError(ActorwireError, RuntimeError):

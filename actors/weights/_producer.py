@@ -35,6 +35,7 @@ import msgspec
 from actorwire.actors import _names
 from actorwire.actors.runtime._actor import Actor, effects_name, handler
 from actorwire.actors.runtime._context import Context
+from actorwire.actors.runtime._replay import register_replayable
 from actorwire.actors.weights._plan import WeightPlan
 from actorwire.messages import (
     BeginSync,
@@ -57,9 +58,7 @@ from actorwire.messages import (
     TensorRef,
     TimerFired,
 )
-from actorwire.transport._errors import InvalidArgument
-from actorwire.transport._settings import settings
-from actorwire.transport.planes._choose import choose_plane
+from actorwire.transport.internal import InvalidArgument, choose_plane, settings
 
 DEFAULT_STALL_TIMEOUT = 300.0
 
@@ -68,6 +67,7 @@ def consumer_name(prefix: str, consumer_id: int) -> str:
     return _names.consumer(prefix, consumer_id)
 
 
+@register_replayable
 class WeightProducer(Actor):
     """Serves one trainer rank's weights; see the module docstring for the protocol."""
 

@@ -50,9 +50,8 @@ from actorwire.messages import (
     PublishGroup,
     SyncFailed,
 )
-from actorwire.transport._errors import InvalidArgument
-from actorwire.transport._log import get_logger
-from actorwire.transport.planes import _local
+from actorwire.transport.internal import InvalidArgument, get_logger
+from actorwire.transport.internal import local_plane as _local
 
 if TYPE_CHECKING:
     from actorwire.actors.runtime._system import ActorSystem
@@ -106,8 +105,7 @@ class WeightSender:
         self.groups = self.plan.groups()
         self.owned = set(self.plan.owned_groups(rank))
         self.held = held
-        from actorwire.transport._settings import settings
-        from actorwire.transport.planes._choose import choose_plane, host_identity
+        from actorwire.transport.internal import choose_plane, host_identity, settings
 
         forced = plane or settings().plane or None
         if forced:

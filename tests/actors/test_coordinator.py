@@ -531,8 +531,7 @@ def test_config_is_validated() -> None:
 def test_a_live_run_ends_cleanly_and_the_coordinator_replays_exactly(tmp_path: pathlib.Path) -> None:
     from _actors import ScriptedWorker
 
-    from actorwire.actors import ActorSystem
-    from actorwire.actors.runtime._replay import replay
+    from actorwire.actors import ActorSystem, replay
 
     with ActorSystem(record=str(tmp_path), run_id=RUN) as system:
         inbox = system.inbox("main")

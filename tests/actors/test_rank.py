@@ -312,7 +312,8 @@ def _recorded_run(tmp_path, protocol_cls=RankProtocol):  # type: ignore[no-untyp
 
 
 def test_a_recorded_protocol_replays_exactly(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    from actorwire.actors.runtime._replay import load_records, replay
+    from actorwire.actors import replay
+    from actorwire.actors.runtime._replay import load_records
     from actorwire.transport.recording import Call, Clock, In, Out
 
     _recorded_run(tmp_path)
@@ -328,7 +329,7 @@ def test_a_recorded_protocol_replays_exactly(tmp_path) -> None:  # type: ignore[
 
 
 def test_a_changed_protocol_diverges_at_the_call_that_changed(tmp_path) -> None:  # type: ignore[no-untyped-def]
-    from actorwire.actors.runtime._replay import replay
+    from actorwire.actors import replay
 
     _recorded_run(tmp_path)
 

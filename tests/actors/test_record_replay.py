@@ -14,9 +14,9 @@ from _actors import Echo, Roller
 from conftest import TESTS
 
 from actorwire import messages as m
-from actorwire.actors import ActorSystem, Context, handler
+from actorwire.actors import ActorSystem, Context, handler, replay
 from actorwire.actors.cli._log import Where, WhereError, collect_stats, perfetto_trace
-from actorwire.actors.runtime._replay import load_records, replay
+from actorwire.actors.runtime._replay import load_records
 from actorwire.transport.recording import In, Out
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]

@@ -15,7 +15,8 @@ import msgspec
 import pytest
 
 from actorwire import messages as m
-from actorwire.actors.runtime._replay import UntrustedClass, load_records, replay
+from actorwire.actors import replay
+from actorwire.actors.runtime._replay import UntrustedClass, load_records
 from actorwire.transport.recording import (
     MAGIC,
     In,

@@ -105,6 +105,46 @@ def test_dependencies_point_one_way() -> None:
     assert not {i for i in _imports(transport) if i.startswith(("actorwire.actors", "actorwire._"))}
 
 
+def _imports_by_file(package: object) -> dict[str, set[str]]:
+    """Each file of a package (relative path) -> the absolute modules it imports, ``from`` imports
+    of a package counted with the names taken (``from actorwire.transport.planes import _local``
+    takes a private module)."""
+    root = pathlib.Path(package.__file__).parent
+    found: dict[str, set[str]] = {}
+    for path in root.rglob("*.py"):
+        mods = found.setdefault(str(path.relative_to(root)), set())
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                mods.update(alias.name for alias in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                mods.add(node.module)
+                mods.update(f"{node.module}.{alias.name}" for alias in node.names if alias.name.startswith("_"))
+    return found
+
+
+def test_actors_use_the_transport_through_its_declared_interface() -> None:
+    """actors imported 12 private transport modules at 56 places: what the runtime needs of the
+    transport is declared in actorwire.transport.internal, and that (with the public packages) is all
+    it imports."""
+    allowed = {"actorwire.transport", "actorwire.transport.internal", "actorwire.transport.comm",
+               "actorwire.transport.recording", "actorwire.transport.planes"}
+    from actorwire import actors
+
+    bad = {f"{f}: {mod}" for f, mods in _imports_by_file(actors).items() for mod in mods
+           if mod.startswith("actorwire.transport") and mod not in allowed}
+    assert not bad, sorted(bad)
+
+
+def test_the_runtime_imports_nothing_above_it() -> None:
+    """runtime/_replay imported control, weights and bench: built-in actors now register themselves."""
+    from actorwire.actors import runtime
+
+    above = ("actorwire.actors.control", "actorwire.actors.weights", "actorwire.actors.bench",
+             "actorwire.actors.cli", "actorwire.actors._builtin")
+    bad = {f"{f}: {mod}" for f, mods in _imports_by_file(runtime).items() for mod in mods if mod.startswith(above)}
+    assert not bad, sorted(bad)
+
+
 def test_enum_values_are_stable() -> None:
     assert [r.value for r in m.SaveReason] == [
         "graceful_shutdown", "max_failure_exceeded", "single_survivor",

@@ -6,8 +6,8 @@ import threading
 
 import pytest
 
+from actorwire.actors.runtime._mailbox import Mailbox
 from actorwire.transport import SystemClosed
-from actorwire.transport._mailbox import Mailbox
 
 
 def test_fifo_and_nowait() -> None:

@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable
 from typing import Generic, TypeVar
 
-from actorwire.transport._errors import SystemClosed
+from actorwire.transport.internal import SystemClosed
 
 T = TypeVar("T")
 
