@@ -34,8 +34,8 @@ _OUT = Out.__struct_config__.tag
 _time_ns = time.time_ns  # a module global: one look-up fewer per recorded tell
 
 if TYPE_CHECKING:
+    from actorwire.actors.runtime._cell import _Cell
     from actorwire.actors.runtime._record import Recorder
-    from actorwire.actors.runtime._system import _Cell
 
 
 class Context(abc.ABC):
