@@ -19,7 +19,7 @@ from typing import Any
 
 from actorwire.actors.bench._bus import Sink, _measure_tell
 from actorwire.actors.bench._harness import Result
-from actorwire.actors.cli._log import collect_stats
+from actorwire.actors.cli._log_stats import collect_stats
 
 
 def _tell_rate(n: int, record: str | None) -> float:

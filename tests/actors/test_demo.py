@@ -41,7 +41,7 @@ def test_demo_trains_and_ends_cleanly(tmp_path: pathlib.Path) -> None:
     assert all(line.endswith(" 0 divergences") and " 0 messages" not in line for line in lines), sealed.stdout
     assert {f"worker/{r}" for r in range(3)} <= actors  # the embedded Worker's protocol is recorded too
     # The timeline: a track per rank with its batches and syncs, and the ranks' sends as flow arrows.
-    from actorwire.actors.cli._log import perfetto_trace
+    from actorwire.actors.cli._log_export import perfetto_trace
 
     events = perfetto_trace([str(run)])["traceEvents"]
     tracks = {e["tid"]: e["args"]["name"] for e in events if e.get("name") == "thread_name"}

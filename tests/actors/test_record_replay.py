@@ -15,7 +15,9 @@ from conftest import TESTS
 
 from actorwire import messages as m
 from actorwire.actors import ActorSystem, Context, handler, replay
-from actorwire.actors.cli._log import Where, WhereError, collect_stats, perfetto_trace
+from actorwire.actors.cli._log_export import perfetto_trace
+from actorwire.actors.cli._log_stats import collect_stats
+from actorwire.actors.cli._where import Where, WhereError
 from actorwire.actors.runtime._replay import load_records
 from actorwire.transport.recording import In, Out
 

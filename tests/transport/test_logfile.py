@@ -154,7 +154,7 @@ def test_format_1_segments_still_read(tmp_path: pathlib.Path) -> None:
     path.write_bytes(MAGIC + FRAME.pack(len(header), zlib.crc32(header)) + header + body)
     records = [r for _, r in Segment(path).records()]
     assert [r.message.cycle for r in records] == [1, 2, 3]
-    from actorwire.actors.cli._log import collect_stats
+    from actorwire.actors.cli._log_stats import collect_stats
 
     assert collect_stats([str(tmp_path)])["kinds"]["sync_now"]["count"] == 3
 
@@ -167,7 +167,7 @@ def test_stats_agree_with_a_record_by_record_count(tmp_path: pathlib.Path) -> No
     """
     from collections import Counter
 
-    from actorwire.actors.cli._log import collect_stats
+    from actorwire.actors.cli._log_stats import collect_stats
 
     writer = SegmentWriter(tmp_path, HEADER)
     walls, durations, senders, kinds = [], [], [], []
