@@ -101,3 +101,24 @@ def test_the_actors_surface_is_what_a_user_writes_code_against() -> None:
     assert 15 <= len(PUBLIC["actorwire.actors"]) <= 25
     internals = {"Node", "BlockingReply", "Registry", "Mailbox", "get_logger", "Hello", "Welcome", "Ack"}
     assert not internals & (PUBLIC["actorwire.transport"] | PUBLIC["actorwire.messages"] | PUBLIC["actorwire.actors"])
+
+
+def test_every_package_folder_is_in_the_distribution() -> None:
+    """pyproject.toml lists the packages one by one: a new folder missing there works in a checkout
+    (the editable install maps the roots) and is absent from the wheel (the simulator's, once)."""
+    import pathlib
+    import tomllib
+
+    root = pathlib.Path(__file__).resolve().parents[1]
+    tool = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]
+    mapped = {(root / folder).resolve(): package for package, folder in tool["package-dir"].items()}
+    found = set()
+    for init in root.rglob("__init__.py"):
+        folder = init.parent.resolve()
+        # the package of the nearest mapped folder above (or at) this one
+        for above in [folder, *folder.parents]:
+            if above in mapped:
+                found.add(".".join([mapped[above], *folder.relative_to(above).parts]))
+                break
+    missing = found - set(tool["packages"])
+    assert not missing, f"package folders missing from pyproject.toml's packages: {sorted(missing)}"
