@@ -107,6 +107,7 @@ def test_every_package_folder_is_in_the_distribution() -> None:
     """pyproject.toml lists the packages one by one: a new folder missing there works in a checkout
     (the editable install maps the roots) and is absent from the wheel (the simulator's, once)."""
     import pathlib
+
     import tomllib
 
     root = pathlib.Path(__file__).resolve().parents[1]
