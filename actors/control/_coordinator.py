@@ -29,17 +29,16 @@ from actorwire.actors.control._ledger import (
     META_SCHEMA,
     CoordinatorConfig,
     RankState,
-    adapt_anchor,
     add_metrics,
     aggregate,
     by_speed,
     join_refusal,
-    quotas,
     remaining_slices,
     shares,
     split_slices,
 )
 from actorwire.actors.control._phases import ACCEPTED, Event, Phase, next_phase
+from actorwire.actors.control._sync import SyncCadence
 from actorwire.actors.runtime._actor import Actor, EffectsAdapter, effects_name, handler
 from actorwire.actors.runtime._context import Context
 from actorwire.actors.runtime._replay import register_replayable
@@ -147,7 +146,6 @@ class Coordinator(Actor):
         self._in_run: list[RankState] | None = None  # alive(), until a rank's state changes
         self._in_run_ids: frozenset[int] = frozenset()
         self._in_run_count = 0  # len(alive()), kept as ranks change (joins must not sort all ranks)
-        self._blocker: RankState | None = None
         self.by_name: dict[str, int] = {}
         self.phase = Phase.JOINING
         self._taken = ACCEPTED[self.phase]  # what the phase takes; set with the phase, read per message
@@ -158,12 +156,8 @@ class Coordinator(Actor):
         self.epoch = -1
         self.failures = 0
         self.global_step = 0
-        self.sync_cycle = 0
-        self.sync_armed_at: float | None = None
-        self.sync_acked: set[int] = set()
-        self.window_started = 0.0
-        self.anchor = self.settings.sync_every
-        self.quota: dict[int, int] = {}
+        #: The sync cadence and what each sync put in the model (``_sync.SyncCadence``).
+        self.sync = SyncCadence(self.settings.sync_policy, self.settings.sync_every, self.settings.overhead_target)
         self.metrics: dict[int, dict[int, MetricsMsg]] = {}
         self.eval_role: int | None = None
         self.checkpoint_role: int | None = None
@@ -191,18 +185,10 @@ class Coordinator(Actor):
         self.rejoined: set[int] = set()
         self._deaths: list[float] = []  # when each rank was lost while the run went on
         self.saved_detail = ""
-        #: Ranks that do not hold the run's model yet (joined, not yet in a completed sync).
-        self._fresh: set[int] = set()
-        #: A sync has completed: the run's model exists, and only ranks in a completed sync hold it.
-        self._seeded = False
-        self._source: int | None = None  # the rank named to seed the model, until a sync completes
-        self._covered: int | None = None
         #: The ranks of the group session last sent, those that said it failed, and since when.
         self._session_members: set[int] = set()
         self._session_failed: set[int] = set()
         self._session_failed_since: float | None = None
-        #: Sync cycles whose reduce is counted in ``global_step`` (by its acks' ``covered``).
-        self._counted: set[int] = set()
         #: The last checkpoint written (with a path): what a restarted group resumes from.
         self.checkpoint: Checkpointed | None = None
         self._checkpoint_steps: dict[int, int] = {}  # version -> the global step its model holds
@@ -383,7 +369,7 @@ class Coordinator(Actor):
         self._roster_changed(r, False)
         self.by_name[r.name] = msg.rank
         self.lost_at_start.pop(msg.rank, None)  # a new incarnation: what was lost is back
-        self._fresh.add(msg.rank)  # it takes the run's model in its first sync, before it trains
+        self.sync.fresh.add(msg.rank)  # it takes the run's model in its first sync, before it trains
         if r.waiting:
             self.rejoined.add(msg.rank)
             ctx.log.warning("rank rejoined; it gets a share from the next epoch", rank=msg.rank, epoch=self.epoch)
@@ -490,11 +476,11 @@ class Coordinator(Actor):
             self._check_silence(ctx, now, self._reachable())
             self._check_rendezvous_timeout(ctx, now)
             self._maybe_reform(ctx)
-            if (self.sync_armed_at is not None and now - self.sync_armed_at > self.settings.reduce_stall_timeout
-                    and self.saved is None):
-                waiting = sorted(r.rank for r in self.alive() if r.rank not in self.sync_acked)
+            armed = self.sync.armed_at
+            if armed is not None and now - armed > self.settings.reduce_stall_timeout and self.saved is None:
+                waiting = sorted(r.rank for r in self.alive() if r.rank not in self.sync.acked)
                 self._save_and_shutdown(ctx, SaveReason.REDUCE_STALL,
-                                        f"sync {self.sync_cycle} not acknowledged within "
+                                        f"sync {self.sync.cycle} not acknowledged within "
                                         f"{self.settings.reduce_stall_timeout:g} s by rank(s) {waiting} "
                                         f"(phase {self.phase}, epoch {self.epoch})")
         if self._ending is not None and self.phase in (Phase.RUNNING, Phase.FINISHING) \
@@ -583,7 +569,7 @@ class Coordinator(Actor):
         # parts of other ranks' slices were trained twice and parts of its own never).
         # What it trained after its last completed sync dies with it: that part is handed over too.
         # Its ack of the cycle in progress counts: an ack says the reduce completed, its work is in.
-        in_model = r.acked_steps if r.rank in self.sync_acked else r.synced_steps
+        in_model = r.acked_steps if r.rank in self.sync.acked else r.synced_steps
         synced = min(r.epoch_steps, max(0, in_model - r.epoch_start_steps))
         left = remaining_slices(r.slices, synced, self.settings.batch_size)
         remainder = sum(n for _, n in left)
@@ -592,7 +578,7 @@ class Coordinator(Actor):
         self.rejoined.discard(r.rank)
         r.alive = False
         self.failures += 1
-        self.sync_acked.discard(r.rank)
+        self.sync.acked.discard(r.rank)
         ctx.log.error("rank lost", rank=r.rank, phase=self.phase, epoch=self.epoch, reason=why, remainder=remainder)
         self._sink(ctx, RankLost(rank=r.rank, epoch=self.epoch, reason=why, world_size=len(self.alive())))
         if self._regroup is None:
@@ -657,8 +643,7 @@ class Coordinator(Actor):
     def _await_restart(self, ctx: Context, detail: str) -> None:
         self._move(Event.ALL_LOST)
         self._restart_since = ctx.now()
-        self.sync_armed_at = None
-        self.sync_acked = set()
+        self.sync.abandon()
         self.rendezvous = None
         resume = self.checkpoint
         ctx.log.error("every rank lost; waiting for the launcher to start them again", detail=detail,
@@ -690,10 +675,7 @@ class Coordinator(Actor):
         self.global_step = resume.global_step if resume is not None else 0
         self.history = [h for h in self.history if h.epoch < epoch]
         self.metrics = {e: v for e, v in self.metrics.items() if e < epoch}
-        self._seeded = False  # the first sync seeds the model from one rank (all loaded the same)
-        self._source = None
-        self._covered = None
-        self._blocker = None
+        self.sync.reseed()  # the first sync seeds the model from one rank (all loaded the same)
         self._session_members, self._session_failed, self._session_failed_since = set(), set(), None
         self.pending_eval = self.pending_checkpoint = self.final_eval_pending = False
         self._final_eval_sent = False
@@ -823,7 +805,7 @@ class Coordinator(Actor):
             self._tell(ctx, s, NewNcclSession(uid=msg.uid, new_rank=new_rank, new_world_size=len(survivors),
                                             attempt=self.session_attempt))
         self.rendezvous = None
-        if self.sync_armed_at is not None:
+        if self.sync.in_progress:
             # The reduce that the death broke is abandoned by the workers; every
             # survivor, acked or not, joins a new cycle on the new group.
             self._settle_acks()
@@ -883,7 +865,7 @@ class Coordinator(Actor):
             self._tell(ctx, r, StartEpoch(epoch=epoch, partition_offset=offset, partition_size=size))
             offset += size
         self._set_quotas()
-        self.window_started = ctx.now()
+        self.sync.window_started = ctx.now()
         if joining:  # the group must take the rejoined ranks in
             ctx.log.warning("rejoined ranks take part from this epoch", epoch=epoch, ranks=[r.rank for r in joining])
             if self._regroup is None:
@@ -1021,58 +1003,31 @@ class Coordinator(Actor):
     # -- sync cadence -------------------------------------------------------------
 
     def _set_quotas(self) -> None:
-        c = self.settings
-        self.quota = quotas(self.alive(), policy=c.sync_policy, sync_every=c.sync_every, anchor=self.anchor,
-                            dataset_size=c.dataset_size, batch_size=c.batch_size)
-
-    def _quiesced(self, r: RankState) -> bool:
-        """A rank that finished its slice (or reported the epoch) cannot move: it must not block the gate."""
-        if r.ext_done < r.ext_sent:
-            return False
-        return r.reported_epoch >= self.epoch or r.epoch_steps * self.settings.batch_size >= r.plan[1] + r.extended
-
-    def _blocks(self, r: RankState) -> bool:
-        """Whether ``r`` holds the sync gate: alive, under its quota, and still able to move."""
-        return (r.alive and not r.exited and not r.waiting and r.steps_since_sync < self.quota.get(r.rank, self.settings.sync_every)
-                and not self._quiesced(r))
+        self.sync.set_quotas(self.alive(), self.settings.dataset_size, self.settings.batch_size)
 
     def _maybe_sync(self, ctx: Context) -> None:
-        if self.sync_armed_at is not None or self.phase not in (Phase.RUNNING, Phase.FINISHING) or self.saved:
+        if self.sync.in_progress or self.phase not in (Phase.RUNNING, Phase.FINISHING) or self.saved:
             return
-        if self._fresh and self.rendezvous is None and self.epoch >= 0 and any(
-                (r := self.ranks.get(k)) is not None and r.in_run for k in self._fresh):
+        if self.sync.fresh and self.rendezvous is None and self.epoch >= 0 and any(
+                (r := self.ranks.get(k)) is not None and r.in_run for k in self.sync.fresh):
             self._arm_sync(ctx)  # a rank in the run without the model cannot train: it takes it now
             return
-        # Called on every Batch: with a thousand ranks a full scan each time dominated the
-        # coordinator's CPU (bench scale).  The rank that blocked the last scan is checked first;
-        # while it still blocks, nothing else can open the gate.
-        blocker = self._blocker
-        if blocker is not None and self._blocks(blocker):
-            return
-        moved = False
-        for r in self.ranks.values():
-            if not r.alive or r.exited:
-                continue
-            moved = moved or r.steps_since_sync > 0
-            if self._blocks(r):
-                self._blocker = r
-                return
-        self._blocker = None
-        if moved:
+        if self.sync.gate_open(self.ranks.values(), self.epoch, self.settings.batch_size):
             self._arm_sync(ctx)
 
     def _arm_sync(self, ctx: Context) -> None:
         alive = self.alive()
+        sync = self.sync
         source = None
-        if not self._seeded and alive:
+        if not sync.seeded and alive:
             # Before the first completed sync one rank's initialisation becomes the run's model; it is
             # named in every SyncNow until a sync completes (a rank that was blocked may have dropped
             # the one that named it first).
-            if self._source is None or self._source not in self._alive_ids():
-                self._source = alive[0].rank
+            if sync.source is None or sync.source not in self._alive_ids():
+                sync.source = alive[0].rank
                 alive[0].has_model = True
-                self._fresh.discard(alive[0].rank)
-            source = self.ranks[self._source]
+                sync.fresh.discard(alive[0].rank)
+            source = self.ranks[sync.source]
         elif alive and not any(r.has_model for r in alive):
             # Only ranks that joined since the last sync are left: the trained model died with
             # the others (a fresh initialisation must not take its place).
@@ -1080,11 +1035,8 @@ class Coordinator(Actor):
                                     f"every rank that held the run's model was lost; ranks "
                                     f"{[r.rank for r in alive]} joined since and hold none (epoch {self.epoch})")
             return
-        self.sync_cycle += 1
-        self.sync_armed_at = ctx.now()
-        self.sync_acked = set()
-        self._covered = None  # the steps the cycle's reduce averaged, as its acks say
-        self._tell_all(ctx, SyncNow(cycle=self.sync_cycle, source=None if source is None else source.rank))
+        cycle = sync.arm(ctx.now())
+        self._tell_all(ctx, SyncNow(cycle=cycle, source=None if source is None else source.rank))
 
     @handler
     @_phased
@@ -1092,64 +1044,25 @@ class Coordinator(Actor):
         r = self._from_rank(ctx, msg.rank)
         if r is None or not r.alive:
             return  # a dead rank's late ack finished a sync with nobody left (simulator)
-        if msg.cycle and msg.cycle != self.sync_cycle:
+        if msg.cycle and msg.cycle != self.sync.cycle:
             # A reduce that completed after a new group made its cycle start again: not an answer to
             # the cycle in progress, but what it says still holds (the rank's work up to it is in).
-            if msg.covered is not None and msg.cycle not in self._counted:
-                self._counted.add(msg.cycle)
-                self.global_step += msg.covered
-            self._synced(r, msg.step_count)
+            self.global_step += self.sync.late_ack(r, msg.cycle, msg.step_count, msg.covered)
             return
-        if self.sync_armed_at is None:
+        if not self.sync.in_progress:
             return
-        self.sync_acked.add(r.rank)
-        r.acked_steps = msg.step_count
-        if msg.covered is not None:
-            self._covered = max(self._covered or 0, msg.covered)
-        alive = self._alive_ids()  # a rank waiting for the next epoch was not asked
-        if len(self.sync_acked) >= len(alive) and self.sync_acked.issuperset(alive):
+        if self.sync.ack(r, msg.step_count, msg.covered, self._alive_ids()):  # a rank waiting was not asked
             self._finish_sync(ctx)
 
     def _settle_acks(self) -> None:
-        """Count what the acks of the cycle in progress say was averaged into the model.
-
-        A reduce covers what each rank had trained when it acked; the batches a rank reports after
-        its ack (it trains on while the others ack) wait for the next sync.  A rank declared dead
-        after the reduce took its steps and before its ack came is in the model too: the reduce's
-        own count (``SyncAck.covered``) says so.  Called when the cycle closes, and when a new group
-        makes it start again (the acks that came are of a reduce that completed)."""
-        covered = 0
-        for rank in self.sync_acked:
-            r = self.ranks[rank]
-            covered += max(0, r.acked_steps - r.synced_steps)
-            self._synced(r, r.acked_steps)
-        if self.sync_acked and self.sync_cycle not in self._counted:
-            self._counted = {c for c in self._counted if c > self.sync_cycle - 64}  # late acks come soon
-            self._counted.add(self.sync_cycle)
-            self.global_step += covered if self._covered is None else self._covered
-        self._covered = None
-        self.sync_acked = set()
-        self._blocker = None
-
-    def _synced(self, r: RankState, steps: int) -> None:
-        """``r`` took part in a completed reduce when it had trained ``steps``: that much is in the model."""
-        r.synced_steps = max(r.synced_steps, steps)
-        r.steps_since_sync = max(0, r.total_steps - r.synced_steps)
-        self._seeded = True
-        if not r.has_model:
-            r.has_model = True
-            self._fresh.discard(r.rank)
+        """Count what the acks of the cycle in progress say was averaged (``SyncCadence.settle``)."""
+        self.global_step += self.sync.settle(self.ranks)
 
     def _finish_sync(self, ctx: Context) -> None:
         now = ctx.now()
-        sync_s = now - (self.sync_armed_at if self.sync_armed_at is not None else now)
-        window_s = max(1e-9, now - self.window_started)
         self._settle_acks()
-        self.sync_armed_at = None
-        if self.settings.sync_policy == "adaptive":
-            self.anchor = adapt_anchor(self.anchor, sync_s / window_s, self.settings.overhead_target)
+        self.sync.close(now)
         self._set_quotas()
-        self.window_started = now
         if self._regroup is not None and self.session_attempt > self._regroup[1]:
             # The first sync on a group formed after the loss: the run is whole again.
             ranks = sorted(self._alive_ids())
@@ -1185,7 +1098,7 @@ class Coordinator(Actor):
         alive = self.alive()
         if len(reports) < len(alive) or not all(r.rank in reports and r.ext_done >= r.ext_sent for r in alive):
             return  # a rank has not reported, or still works on a dead rank's remainder
-        if self.sync_armed_at is not None:
+        if self.sync.in_progress:
             return  # the epoch ends once its last batches are in the model: the sync's end comes back here
         if any(r.steps_since_sync for r in alive):
             self._arm_sync(ctx)  # an epoch is over when it is in every rank's model, not before
@@ -1210,7 +1123,7 @@ class Coordinator(Actor):
         if self.phase is not Phase.FINISHING or self.saved or self._ending is not None:
             return
         alive = self.alive()
-        if self.sync_armed_at is not None:
+        if self.sync.in_progress:
             return  # the last sync must be acknowledged by every alive rank first
         joining = [r for r in self._reachable() if r.waiting]
         if joining and self.rendezvous is None:
@@ -1293,10 +1206,10 @@ class Coordinator(Actor):
             "run_id": self.settings.run_id,
             "epoch": max(self.epoch, 0),
             "global_step": self.global_step,
-            "sync_round": self.sync_cycle,
+            "sync_round": self.sync.cycle,
             "world_size_at_save": len(self.alive()),
             "save_reason": reason.value,
-            "anchor": self.anchor,
+            "anchor": self.sync.anchor,
             "ms_per_batch": {str(r.rank): r.ms_per_batch for r in self.ranks.values()},
             "wall_time": ctx.wall(),
         }

@@ -47,7 +47,7 @@ def settle(h: ActorHarness) -> None:
     for s in [s for s in h.outbox if isinstance(s.message, m.SyncNow)]:
         rank = int(s.target.split("/")[1])
         state = h.actor.ranks[rank]
-        if state.alive and h.actor.sync_armed_at is not None and s.message.cycle == h.actor.sync_cycle:
+        if state.alive and h.actor.sync.armed_at is not None and s.message.cycle == h.actor.sync.cycle:
             h.deliver(m.SyncAck(rank=rank, step_count=state.total_steps, cycle=s.message.cycle), sender=s.target)
 
 
@@ -152,11 +152,11 @@ def test_batches_reported_between_a_rank_s_ack_and_the_cycle_s_end_wait_for_the_
     join_all(h, world=2)
     batch(h, 0, 2)
     batch(h, 1, 2)
-    assert h.actor.sync_armed_at is not None
-    h.deliver(m.SyncAck(rank=0, step_count=2, covered=4, cycle=h.actor.sync_cycle), sender="worker/0")
+    assert h.actor.sync.armed_at is not None
+    h.deliver(m.SyncAck(rank=0, step_count=2, covered=4, cycle=h.actor.sync.cycle), sender="worker/0")
     batch(h, 0, 2)  # rank 0 trains its last two batches while rank 1 is still in the reduce
     h.take()
-    h.deliver(m.SyncAck(rank=1, step_count=2, covered=4, cycle=h.actor.sync_cycle), sender="worker/1")
+    h.deliver(m.SyncAck(rank=1, step_count=2, covered=4, cycle=h.actor.sync.cycle), sender="worker/1")
     assert sent(h, m.SetGlobalStep) == [(f"worker/{r}", m.SetGlobalStep(global_step=4)) for r in range(2)]
     assert h.actor.ranks[0].steps_since_sync == 2  # not in the model yet
     batch(h, 1, 2)
@@ -164,7 +164,7 @@ def test_batches_reported_between_a_rank_s_ack_and_the_cycle_s_end_wait_for_the_
         metrics(h, rank, 0, batches=4)
     assert h.actor.phase == "running" and [t for t, _ in sent(h, m.SyncNow)] == ["worker/0", "worker/1"]
     for rank in range(2):
-        h.deliver(m.SyncAck(rank=rank, step_count=4, covered=4, cycle=h.actor.sync_cycle), sender=f"worker/{rank}")
+        h.deliver(m.SyncAck(rank=rank, step_count=4, covered=4, cycle=h.actor.sync.cycle), sender=f"worker/{rank}")
     assert h.actor.global_step == 8 and h.actor.phase == "stopping"
 
 
@@ -175,7 +175,7 @@ def test_an_ack_says_what_the_reduce_covered_even_for_a_rank_lost_before_its_ack
     join_all(h)
     for rank in range(3):
         batch(h, rank, 2)
-    cycle = h.actor.sync_cycle
+    cycle = h.actor.sync.cycle
     h.deliver(m.SyncAck(rank=0, step_count=2, covered=6, cycle=cycle), sender="worker/0")
     h.deliver(m.SyncAck(rank=2, step_count=2, covered=6, cycle=cycle), sender="worker/2")
     h.down("worker/1", m.DownReason.UNREACHABLE, "no heartbeat")  # its ack never came
@@ -202,7 +202,7 @@ def test_a_rank_that_rejoins_takes_the_model_before_it_trains() -> None:
     syncs = [(s.target, s.message) for s in h.outbox if isinstance(s.message, m.SyncNow)]
     assert [t for t, _ in syncs] == ["worker/0", "worker/1", "worker/2"] and syncs[0][1].source is None
     settle(h)
-    assert h.actor.ranks[1].has_model and h.actor.sync_armed_at is None
+    assert h.actor.ranks[1].has_model and h.actor.sync.armed_at is None
 
 
 def test_sync_ack_is_not_a_batch() -> None:
@@ -224,7 +224,7 @@ def test_adaptive_policy_gives_faster_ranks_more_batches() -> None:
     batch(h, 2, 4, ms=40.0)
     for rank in range(3):
         h.deliver(m.SyncAck(rank=rank, step_count=4), sender=f"worker/{rank}")
-    quota = h.actor.quota
+    quota = h.actor.sync.quota
     assert quota[2] <= quota[1] <= quota[0]  # the slowest anchors, faster ranks get more
     assert quota[0] >= 2 * quota[2]
 
@@ -235,11 +235,11 @@ def test_adaptive_anchor_grows_when_sync_overhead_is_high() -> None:
     for rank in range(3):
         batch(h, rank, 2)
     h.advance(0.1)  # a short window...
-    before = h.actor.anchor
+    before = h.actor.sync.anchor
     h.advance(0.5)  # ...and a slow reduce: overhead far above 10%
     for rank in range(3):
         h.deliver(m.SyncAck(rank=rank, step_count=2), sender=f"worker/{rank}")
-    assert before < h.actor.anchor <= 2 * before
+    assert before < h.actor.sync.anchor <= 2 * before
 
 
 # -- metrics and epochs ----------------------------------------------------------------
@@ -295,7 +295,7 @@ def test_dead_rank_remainder_split_among_survivors() -> None:
     batch(h, 2, 2)
     batch(h, 1, 10)  # it acks the sync the quotas armed after 10 batches: those are in the model
     for rank, steps in ((0, 2), (2, 2), (1, 10)):
-        h.deliver(m.SyncAck(rank=rank, step_count=steps, cycle=h.actor.sync_cycle), sender=f"worker/{rank}")
+        h.deliver(m.SyncAck(rank=rank, step_count=steps, cycle=h.actor.sync.cycle), sender=f"worker/{rank}")
     h.take()
     h.down("worker/1", m.DownReason.DEAD, "killed")
     out = h.take()
@@ -817,9 +817,9 @@ def test_a_sync_broken_by_a_death_is_redone_on_the_new_group() -> None:
     assert kinds == [("worker/0", "NewNcclSession"), ("worker/2", "NewNcclSession"),
                      ("worker/0", "SyncNow"), ("worker/2", "SyncNow")]
     h.deliver(m.SyncAck(rank=0, step_count=2), sender="worker/0")
-    assert h.actor.sync_armed_at is not None  # rank 2 has not acked the new cycle yet
+    assert h.actor.sync.armed_at is not None  # rank 2 has not acked the new cycle yet
     h.deliver(m.SyncAck(rank=2, step_count=2), sender="worker/2")
-    assert h.actor.sync_armed_at is None
+    assert h.actor.sync.armed_at is None
 
 
 def test_heartbeat_thread_of_a_rank_is_accepted() -> None:
@@ -837,7 +837,7 @@ def test_heartbeat_thread_of_a_rank_is_accepted() -> None:
 
 def _state(h: ActorHarness) -> tuple:
     c = h.actor
-    return (c.phase, c.epoch, c.global_step, c.sync_cycle, c.sync_armed_at, dict(c.quota), c.pending_eval,
+    return (c.phase, c.epoch, c.global_step, c.sync.cycle, c.sync.armed_at, dict(c.sync.quota), c.pending_eval,
             [(r.rank, r.steps_since_sync, r.total_steps, r.epoch_steps, r.reported_epoch, r.ms_per_batch)
              for r in c.ranks.values()], {e: dict(v) for e, v in c.metrics.items()})
 
@@ -868,7 +868,7 @@ def test_a_batch_after_every_epoch_was_aggregated_is_refused() -> None:
     join_all(h, world=1)
     batch(h, 0, 2)
     metrics(h, 0, 0, batches=2)
-    assert h.actor.phase == "running" and h.actor.sync_armed_at is not None  # the epoch's last sync is out
+    assert h.actor.phase == "running" and h.actor.sync.armed_at is not None  # the epoch's last sync is out
     settle(h)
     assert h.actor.phase == "stopping" and h.actor.global_step == 2
     h.take()

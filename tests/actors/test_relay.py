@@ -87,7 +87,7 @@ def coordinator(relays: dict[int, str]) -> ActorHarness:
                                    relay=relays.get(rank, "")), sender=f"worker/{rank}") \
             == m.JoinAccepted(rank=rank, world_size=3)
     for rank in range(3):  # the run's first sync: every rank takes rank 0's model
-        h.deliver(m.SyncAck(rank=rank, step_count=0, covered=0, cycle=h.actor.sync_cycle), sender=f"worker/{rank}")
+        h.deliver(m.SyncAck(rank=rank, step_count=0, covered=0, cycle=h.actor.sync.cycle), sender=f"worker/{rank}")
     h.take()
     return h
 

@@ -74,10 +74,10 @@ def _old_settle(self, ctx=None):  # type: ignore[no-untyped-def]
     for r in self.ranks.values():
         r.steps_since_sync = 0
         r.has_model = True
-    self._fresh.clear()
-    self._seeded = True
-    self.sync_acked = set()
-    self._covered = None
+    self.sync.fresh.clear()
+    self.sync.seeded = True
+    self.sync.acked = set()
+    self.sync.covered = None
 
 
 def test_the_model_invariants_catch_the_sync_accounting_that_left_ranks_with_different_models(

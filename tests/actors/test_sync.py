@@ -1,0 +1,105 @@
+"""The coordinator's sync cadence and accounting (``_sync.SyncCadence``) on its own: no actor, no
+clock but the numbers passed in."""
+
+from __future__ import annotations
+
+from actorwire.actors.control._ledger import RankState
+from actorwire.actors.control._sync import SyncCadence
+
+
+def _ranks(n: int, *, plan: int = 100) -> dict[int, RankState]:
+    ranks = {r: RankState(r, f"worker/{r}", 0.0) for r in range(n)}
+    for r in ranks.values():
+        r.plan = (0, plan)
+        r.has_model = True
+    return ranks
+
+
+def _train(r: RankState, batches: int) -> None:
+    r.total_steps += batches
+    r.epoch_steps += batches
+    r.steps_since_sync += batches
+
+
+def test_the_gate_opens_once_every_rank_reached_its_quota_and_one_moved() -> None:
+    sync = SyncCadence("fixed", 4, 0.1)
+    ranks = _ranks(3)
+    sync.set_quotas(list(ranks.values()), dataset_size=300, batch_size=1)
+    assert not sync.gate_open(ranks.values(), epoch=0, batch_size=1)  # nobody moved
+    _train(ranks[0], 4)
+    _train(ranks[1], 4)
+    assert not sync.gate_open(ranks.values(), epoch=0, batch_size=1)
+    assert sync.blocker is ranks[2]  # checked first next time
+    _train(ranks[2], 3)
+    assert not sync.gate_open(ranks.values(), epoch=0, batch_size=1)
+    _train(ranks[2], 1)
+    assert sync.gate_open(ranks.values(), epoch=0, batch_size=1) and sync.blocker is None
+
+
+def test_a_rank_that_cannot_move_does_not_hold_the_gate() -> None:
+    """Its slice done (or its epoch reported): waiting for it would wait for ever."""
+    sync = SyncCadence("fixed", 8, 0.1)
+    ranks = _ranks(2, plan=2)
+    _train(ranks[0], 8)
+    _train(ranks[1], 2)  # its whole plan: 2 samples of batch 1
+    assert sync.gate_open(ranks.values(), epoch=0, batch_size=1)
+    ranks[1].ext_sent = 1  # a dead rank's slice was handed to it and is not done
+    assert not sync.gate_open(ranks.values(), epoch=0, batch_size=1)
+
+
+def test_a_cycle_counts_what_each_rank_had_at_its_ack_not_the_batches_after() -> None:
+    """The accounting bug of the first real-data run: the cycle's end zeroed every rank's steps since
+    the sync, so batches a rank trained while the others acked were counted and never averaged."""
+    sync = SyncCadence("fixed", 2, 0.1)
+    ranks = _ranks(2)
+    _train(ranks[0], 2)
+    _train(ranks[1], 2)
+    assert sync.arm(1.0) == 1 and sync.in_progress
+    assert not sync.ack(ranks[0], step_count=2, covered=None, in_run=frozenset(ranks))
+    _train(ranks[0], 3)  # trains on while rank 1 acks
+    assert sync.ack(ranks[1], step_count=2, covered=None, in_run=frozenset(ranks))
+    assert sync.settle(ranks) == 4
+    assert ranks[0].steps_since_sync == 3 and ranks[1].steps_since_sync == 0  # rank 0's 3 wait
+    assert sync.close(1.5) == 0.5 and not sync.in_progress and sync.window_started == 1.5
+
+
+def test_the_reduces_own_count_wins_and_a_late_ack_is_counted_once() -> None:
+    sync = SyncCadence("fixed", 2, 0.1)
+    ranks = _ranks(2)
+    _train(ranks[0], 2)
+    _train(ranks[1], 2)
+    sync.arm(0.0)
+    sync.ack(ranks[0], step_count=2, covered=4, in_run=frozenset(ranks))  # rank 1 died before its ack
+    assert sync.settle(ranks) == 4  # the reduce says it averaged 4 steps, rank 1's included
+    cycle = sync.cycle
+    sync.arm(1.0)  # a new group: the cycle starts again
+    assert sync.late_ack(ranks[1], cycle, step_count=2, covered=4) == 0  # counted already
+    assert ranks[1].synced_steps == 2
+    assert sync.late_ack(ranks[1], cycle - 1, step_count=2, covered=3) == 3  # a cycle never counted
+    assert sync.late_ack(ranks[1], cycle - 1, step_count=2, covered=3) == 0
+
+
+def test_a_fresh_rank_holds_the_model_once_in_a_completed_sync() -> None:
+    sync = SyncCadence("fixed", 2, 0.1)
+    ranks = _ranks(2)
+    ranks[1].has_model = False
+    sync.fresh.add(1)
+    sync.arm(0.0)
+    sync.ack(ranks[0], step_count=0, covered=0, in_run=frozenset(ranks))
+    sync.ack(ranks[1], step_count=0, covered=0, in_run=frozenset(ranks))
+    assert sync.settle(ranks) == 0
+    assert ranks[1].has_model and not sync.fresh and sync.seeded
+    sync.reseed()  # a restarted group seeds the model again
+    assert not sync.seeded and sync.source is None
+
+
+def test_the_adaptive_anchor_grows_while_syncs_cost_more_than_the_target() -> None:
+    sync = SyncCadence("adaptive", 4, 0.1)
+    assert sync.anchor == 4
+    sync.window_started = 0.0
+    sync.arm(0.8)
+    sync.close(1.0)  # the sync took 0.2 s of a 1 s window: twice the target
+    assert sync.anchor == 8
+    sync.arm(10.0)
+    sync.close(10.001)  # far under half the target: shrinks by a fifth
+    assert sync.anchor == 6
