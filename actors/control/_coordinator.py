@@ -23,6 +23,7 @@ from typing import Any
 
 import msgspec
 
+from actorwire.actors.control._groups import NO_GENERATOR, ROUNDS, GroupFormation
 from actorwire.actors.control._ledger import (
     EWMA,
     FINAL_EVAL,
@@ -92,7 +93,6 @@ from actorwire.messages import (
 from actorwire.transport import ActorDead, UnknownActor
 from actorwire.transport.internal import InvalidArgument
 
-_RENDEZVOUS_ROUNDS = 3  # times every survivor is asked for a group id before the run gives up
 _CASCADE_S = 5.0  # every rank lost within this long: a launcher stopped them, not deaths of their own
 
 
@@ -170,14 +170,13 @@ class Coordinator(Actor):
         self.final_eval_pending = False
         self.saved: SaveReason | None = None
         self.shutdown_at: float | None = None
-        self.rendezvous: Rendezvous | None = None
+        #: Forming the process group again after a loss or a rejoin (``_groups.GroupFormation``).
+        self.groups = GroupFormation(self.settings.rendezvous_timeout)
         #: The model signature every join must match: the settings', else the first join's.
         self._signature = ""
         self._final_eval_sent = False
         self.history: list[EpochMetrics] = []
         self.started_at = 0.0
-        self.session_attempt = 0
-        self.reformed_after = -1  # the last attempt whose failure started a new one
         #: Ranks lost before the run started, and how: they are not waited for.
         self.lost_at_start: dict[int, str] = {}
         #: Ranks lost while the run went on, and how (the last loss of each); and those that rejoined.
@@ -185,10 +184,6 @@ class Coordinator(Actor):
         self.rejoined: set[int] = set()
         self._deaths: list[float] = []  # when each rank was lost while the run went on
         self.saved_detail = ""
-        #: The ranks of the group session last sent, those that said it failed, and since when.
-        self._session_members: set[int] = set()
-        self._session_failed: set[int] = set()
-        self._session_failed_since: float | None = None
         #: The last checkpoint written (with a path): what a restarted group resumes from.
         self.checkpoint: Checkpointed | None = None
         self._checkpoint_steps: dict[int, int] = {}  # version -> the global step its model holds
@@ -196,9 +191,6 @@ class Coordinator(Actor):
         self._restart_since: float | None = None
         #: One line per whole-group restart the run recovered from.
         self.restarts: list[str] = []
-        #: Since when the run waits for a new group (a loss or a rejoin), and the session attempt then:
-        #: the first sync completed on a later session is the group formed again (``GroupFormed``).
-        self._regroup: tuple[float, int] | None = None
         #: Too few ranks left (and restart_wait set): the end this would be, why, and since when.
         self._ending: tuple[SaveReason, str, float] | None = None
 
@@ -223,8 +215,8 @@ class Coordinator(Actor):
             ranks.append(RankStatus(rank=state.rank, state=how, epoch=state.reported_epoch, steps=state.total_steps,
                                     ms_per_batch=state.ms_per_batch, silent_s=round(max(0.0, now - state.last_seen), 1)))
         notes = {"global step": str(self.global_step), "failures": str(self.failures)}
-        if self.rendezvous is not None:
-            notes["forming a group"] = f"attempt {self.session_attempt}"
+        if self.groups.search is not None:
+            notes["forming a group"] = f"attempt {self.groups.attempt}"
         return ActorDetail(phase=self.phase.value, epoch=self.epoch, ranks=ranks, notes=notes)
 
     # -- phases ---------------------------------------------------------------
@@ -581,8 +573,7 @@ class Coordinator(Actor):
         self.sync.acked.discard(r.rank)
         ctx.log.error("rank lost", rank=r.rank, phase=self.phase, epoch=self.epoch, reason=why, remainder=remainder)
         self._sink(ctx, RankLost(rank=r.rank, epoch=self.epoch, reason=why, world_size=len(self.alive())))
-        if self._regroup is None:
-            self._regroup = (ctx.now(), self.session_attempt)
+        self.groups.lost(ctx.now())
         held_eval = r.rank == self.eval_role
         if r.rank in (self.eval_role, self.checkpoint_role, self.epoch_role):
             self._elect_roles(ctx, force=True)
@@ -644,7 +635,7 @@ class Coordinator(Actor):
         self._move(Event.ALL_LOST)
         self._restart_since = ctx.now()
         self.sync.abandon()
-        self.rendezvous = None
+        self.groups.search = None
         resume = self.checkpoint
         ctx.log.error("every rank lost; waiting for the launcher to start them again", detail=detail,
                       wait_s=self.settings.restart_wait, resume_epoch=resume.version if resume else 0,
@@ -676,7 +667,7 @@ class Coordinator(Actor):
         self.history = [h for h in self.history if h.epoch < epoch]
         self.metrics = {e: v for e, v in self.metrics.items() if e < epoch}
         self.sync.reseed()  # the first sync seeds the model from one rank (all loaded the same)
-        self._session_members, self._session_failed, self._session_failed_since = set(), set(), None
+        self.groups.restarted()
         self.pending_eval = self.pending_checkpoint = self.final_eval_pending = False
         self._final_eval_sent = False
         self._restart_since = None
@@ -707,104 +698,56 @@ class Coordinator(Actor):
     # -- re-rendezvous: survivors re-form the process group -------------------
 
     def _start_rendezvous(self, ctx: Context, fresh: bool = False, move_on: bool = False) -> None:
-        """Ask the fastest untried survivor for a new group id.  ``fresh``: forget who was tried;
-        ``move_on``: the current generator is silent, go to the next one."""
-        survivors = self.alive()
-        if not survivors:
-            return
-        if self.rendezvous and not fresh and not move_on:
-            generator = self.ranks.get(self.rendezvous.generator)
-            if generator is not None and generator.alive:
-                # One attempt at a time: its generator is alive, and the session it leads to is
-                # made for the survivors of that moment. A second death used to move on to the next
-                # candidate, and with none left a gloo run saved as single_survivor (found by the
-                # simulator).
-                return
-        tried = set(self.rendezvous.tried) if self.rendezvous and not fresh else set()
-        rounds = self.rendezvous.round if self.rendezvous and not fresh else 0
-        candidates = [r for r in by_speed(survivors) if r.rank not in tried]
-        if not candidates and rounds + 1 < _RENDEZVOUS_ROUNDS:
-            # Every survivor was asked and none answered in time: under load (or while a rank
-            # still sits in the last formation's timeout) it may yet. Ask them all again, waiting
-            # twice as long (simulator: the only survivor was blocked in a formation
-            # that waited for a stopped peer, and the run ended).
-            rounds, tried = rounds + 1, set()
-            candidates = by_speed(survivors)
-        if not candidates:
+        """Ask the fastest untried survivor for a new group id (``GroupFormation.ask``)."""
+        generator = self.groups.ask(self.alive(), self.ranks, ctx.now(), fresh=fresh, move_on=move_on)
+        if generator is NO_GENERATOR:
             self._save_and_shutdown(ctx, self._unrecoverable() or SaveReason.SINGLE_SURVIVOR,
-                                    f"no rank could form a new process group ({_RENDEZVOUS_ROUNDS} rounds, each "
+                                    f"no rank could form a new process group ({ROUNDS} rounds, each "
                                     f"rank asked; phase {self.phase}, epoch {self.epoch})")
-            return
-        generator = candidates[0]
-        self.rendezvous = Rendezvous(generator=generator.rank, since=ctx.now(),
-                                     tried=frozenset(tried | {generator.rank}), round=rounds)
-        self._tell(ctx, generator, RequestNewNcclId(attempt=len(tried)))
+        elif isinstance(generator, RankState):
+            search = self.groups.search
+            self._tell(ctx, generator, RequestNewNcclId(attempt=len(search.tried) - 1 if search else 0))
 
     def _check_rendezvous_timeout(self, ctx: Context, now: float) -> None:
-        rv = self.rendezvous
-        if rv is None:
-            return
-        generator = self.ranks.get(rv.generator)
-        waited = self.settings.rendezvous_timeout * 2 ** rv.round
-        if generator is None or not generator.alive or now - rv.since > waited:
-            ctx.log.warning("re-rendezvous generator gone or silent; trying the next", rank=rv.generator)
+        if self.groups.timed_out(self.ranks, now):
+            rank = self.groups.search.generator if self.groups.search else None
+            ctx.log.warning("re-rendezvous generator gone or silent; trying the next", rank=rank)
             self._start_rendezvous(ctx, move_on=True)
 
     @handler
     @_phased
     def on_session_failed(self, msg: SessionFailed, ctx: Context) -> None:
-        if self._from_rank(ctx, msg.rank) is None or msg.attempt < self.session_attempt:
-            return  # a stale report of an attempt already superseded
-        if msg.attempt <= self.reformed_after:
-            # Every rank that timed out in one attempt says so: one new attempt answers them all
-            # (each used to start its own, and each new store closed the one just announced).
+        if self._from_rank(ctx, msg.rank) is None:
             return
-        if msg.attempt == self.session_attempt:
-            self._session_failed.add(msg.rank)
-            if self._session_failed_since is None:
-                self._session_failed_since = ctx.now()
-        self._maybe_reform(ctx, reason=msg.reason, rank=msg.rank)
+        # A stale report, or one of an attempt a new formation answers already (every rank that
+        # timed out in one attempt says so: one new attempt answers them all).
+        if self.groups.session_failed(msg.rank, msg.attempt, ctx.now()):
+            self._maybe_reform(ctx, reason=msg.reason, rank=msg.rank)
 
     def _maybe_reform(self, ctx: Context, *, reason: str = "", rank: int | None = None) -> None:
-        """Form the group again once every live member of the failed attempt has said it failed (or
-        ``rendezvous_timeout`` passed since the first did).  Re-formed at the first report, the
-        members that were still inside the attempt's formation (it blocks until its timeout) joined
-        the next one a timeout late, the early ones timed out of it waiting for them, and so on,
-        for good: a rank frozen for 15 s after its join hung the run (the fault matrix's join-hang
-        case).  Once all have given up, they are all free to join the next at once."""
-        if self._session_failed_since is None:
+        """Form the group again once every live member of the failed attempt has given up
+        (``GroupFormation.reform``)."""
+        waiting = self.groups.reform(self.ranks, self._alive_ids(), ctx.now())
+        if waiting is None:
             return
-        rv = self.rendezvous
-        if rv is not None and (generator := self.ranks.get(rv.generator)) is not None and generator.alive:
-            return  # a new group is already being formed (after a death): it answers this report too
-        waiting = (self._session_members & self._alive_ids()) - self._session_failed
-        if waiting and ctx.now() - self._session_failed_since < self.settings.rendezvous_timeout:
-            return
-        self.reformed_after = self.session_attempt
-        self._session_failed_since = None
         ctx.log.warning("ranks could not join the new process group; re-forming it", rank=rank,
-                        attempt=self.session_attempt, reason=reason, failed=sorted(self._session_failed),
+                        attempt=self.groups.attempt, reason=reason, failed=sorted(self.groups.failed),
                         not_heard=sorted(waiting))
-        self.rendezvous = None
         self._start_rendezvous(ctx, fresh=True)
 
     @handler
     @_phased
     def on_new_id(self, msg: NewNcclIdGenerated, ctx: Context) -> None:
         r = self._from_rank(ctx, msg.rank)
-        rv = self.rendezvous
+        rv = self.groups.search
         if r is None or rv is None or msg.rank != rv.generator:
             ctx.log.warning("unexpected unique id dropped", rank=msg.rank)
             return
         survivors = self.alive()  # recomputed: deaths during the wait are folded in
-        self.session_attempt += 1
-        self._session_members = {s.rank for s in survivors}
-        self._session_failed = set()
-        self._session_failed_since = None
+        attempt = self.groups.session(survivors)
         for new_rank, s in enumerate(survivors):
             self._tell(ctx, s, NewNcclSession(uid=msg.uid, new_rank=new_rank, new_world_size=len(survivors),
-                                            attempt=self.session_attempt))
-        self.rendezvous = None
+                                            attempt=attempt))
         if self.sync.in_progress:
             # The reduce that the death broke is abandoned by the workers; every
             # survivor, acked or not, joins a new cycle on the new group.
@@ -868,9 +811,8 @@ class Coordinator(Actor):
         self.sync.window_started = ctx.now()
         if joining:  # the group must take the rejoined ranks in
             ctx.log.warning("rejoined ranks take part from this epoch", epoch=epoch, ranks=[r.rank for r in joining])
-            if self._regroup is None:
-                self._regroup = (ctx.now(), self.session_attempt)
-            self.rendezvous = None
+            self.groups.lost(ctx.now())
+            self.groups.search = None
             self._start_rendezvous(ctx, fresh=True)
         self._maybe_sync(ctx)  # the ranks that do not hold the model take it before they train
 
@@ -1008,7 +950,7 @@ class Coordinator(Actor):
     def _maybe_sync(self, ctx: Context) -> None:
         if self.sync.in_progress or self.phase not in (Phase.RUNNING, Phase.FINISHING) or self.saved:
             return
-        if self.sync.fresh and self.rendezvous is None and self.epoch >= 0 and any(
+        if self.sync.fresh and self.groups.search is None and self.epoch >= 0 and any(
                 (r := self.ranks.get(k)) is not None and r.in_run for k in self.sync.fresh):
             self._arm_sync(ctx)  # a rank in the run without the model cannot train: it takes it now
             return
@@ -1063,11 +1005,11 @@ class Coordinator(Actor):
         self._settle_acks()
         self.sync.close(now)
         self._set_quotas()
-        if self._regroup is not None and self.session_attempt > self._regroup[1]:
+        formed = self.groups.formed_again(now)
+        if formed is not None:
             # The first sync on a group formed after the loss: the run is whole again.
             ranks = sorted(self._alive_ids())
-            seconds = round(now - self._regroup[0], 3)
-            self._regroup = None
+            seconds = round(formed, 3)
             ctx.log.warning("the group formed again", ranks=ranks, world_size=len(ranks), seconds=seconds)
             self._sink(ctx, GroupFormed(ranks=ranks, world_size=len(ranks), seconds=seconds))
         self._tell_all(ctx, SetGlobalStep(global_step=self.global_step))
@@ -1126,7 +1068,7 @@ class Coordinator(Actor):
         if self.sync.in_progress:
             return  # the last sync must be acknowledged by every alive rank first
         joining = [r for r in self._reachable() if r.waiting]
-        if joining and self.rendezvous is None:
+        if joining and self.groups.search is None:
             # Rejoined during the last epoch: they must not end the run with their own initialisation.
             # They join the group, and its first sync gives them the final model (it comes back here).
             ctx.log.warning("ranks that rejoined during the last epoch take the final model", ranks=[r.rank for r in joining])
@@ -1216,17 +1158,6 @@ class Coordinator(Actor):
 
     def effects(self, name: str) -> Actor | None:
         return CoordinatorEffects(name) if self.settings.save_stem else None
-
-
-@dataclasses.dataclass(frozen=True)
-class Rendezvous:
-    """One search for a rank to make a new group's id: the rank asked, since when, every rank asked
-    in this round, and the round (each round waits twice as long as the one before)."""
-
-    generator: int
-    since: float
-    tried: frozenset[int]
-    round: int = 0
 
 
 @dataclasses.dataclass(frozen=True)

@@ -121,7 +121,7 @@ def _run(case: Case, tmp: pathlib.Path) -> Result:
             for rank in range(WORKERS):
                 if rank not in struck and (flag.parent / f"{flag.name}.{rank}").exists():
                     struck[rank] = float((flag.parent / f"{flag.name}.{rank}").read_text())
-                    attempt_at_fault = coordinator.session_attempt if attempt_at_fault is None else attempt_at_fault
+                    attempt_at_fault = coordinator.groups.attempt if attempt_at_fault is None else attempt_at_fault
                 if rank in struck and rank not in detected:
                     state = coordinator.ranks.get(rank)
                     if rank in coordinator.lost_at_start or (state is not None and not state.alive):
@@ -135,7 +135,7 @@ def _run(case: Case, tmp: pathlib.Path) -> Result:
                         and now - struck[rank] >= case.stop_s):
                     os.kill(pids[rank], signal.SIGCONT)
                     continued.add(rank)
-            if (reformed is None and attempt_at_fault is not None and coordinator.session_attempt > attempt_at_fault
+            if (reformed is None and attempt_at_fault is not None and coordinator.groups.attempt > attempt_at_fault
                     and struck):
                 reformed = now - min(struck.values())
             if got is None:
