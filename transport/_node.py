@@ -441,6 +441,10 @@ class Node:
         self._idle = False
         self._closing = False
         self._closed = False
+        #: Notified by the I/O thread when what a caller may wait for changed: the routes (a name
+        #: registered, moved or gone), a stream re-homed, and, while closing, an ack.  The waits
+        #: below are on it with deadlines, never polls.
+        self._changed = threading.Condition()
         self._stop = threading.Event()
         #: Set when the root is gone (exited or unreachable): a member node is headless.
         self.root_gone = threading.Event()
@@ -544,9 +548,8 @@ class Node:
             if announce:
                 if self._root_id is not None:
                     self._command(_Exiting())
-                deadline = time.monotonic() + self.config.scaled(timeout)
-                while time.monotonic() < deadline and any(p.unacked for p in list(self._pairs.values())):
-                    time.sleep(0.005)
+                self._wait_until(lambda: not any(p.unacked for p in list(self._pairs.values())),
+                                 self.config.scaled(timeout))
                 left = sum(len(p.unacked) for p in list(self._pairs.values()))
                 if left:
                     self._log.error("closing with unhandled messages", count=left)
@@ -616,6 +619,7 @@ class Node:
             self._local.pop(name, None)
             self._bulk.pop(name, None)
             raise
+        self._notify_changed()  # wait_for(name) in another thread
 
     def _register(self, name: str, timeout: float) -> None:
         """Register ``name``; a takeover waits (up to ``timeout``) for the holder to be proven gone."""
@@ -628,7 +632,9 @@ class Node:
             except JoinRefused as exc:
                 if not (self._takeover and HELD_BY_A_LIVE_NODE in str(exc)) or time.monotonic() > deadline:
                     raise
-            time.sleep(min(0.1, self._staleness / 10))
+            # Retried when the registry changes (the holder proven gone), or after a while.
+            with self._changed:
+                self._changed.wait(min(0.1, self._staleness / 10))
 
     def remove_local(self, name: str) -> None:
         """Actor ``name`` stopped cleanly: watchers get ``Down(exited)``."""
@@ -666,11 +672,24 @@ class Node:
 
     def wait_for(self, name: str, timeout: float = 10.0) -> None:
         """Block until ``name`` is registered (``TimeoutError`` naming it otherwise)."""
-        deadline = time.monotonic() + self.config.scaled(timeout)
-        while name not in self._routes and name not in self._local:
-            if time.monotonic() > deadline:
-                raise WaitTimeout(f"actor {name!r} did not appear within {timeout:g} s")
-            time.sleep(0.002)
+        if not self._wait_until(lambda: name in self._routes or name in self._local, self.config.scaled(timeout)):
+            raise WaitTimeout(f"actor {name!r} did not appear within {timeout:g} s")
+
+    def _wait_until(self, done: Callable[[], bool], timeout: float) -> bool:
+        """Wait (any thread but the I/O thread) until ``done()``, re-checked each time the I/O thread
+        says something changed; False at ``timeout``."""
+        deadline = time.monotonic() + timeout
+        with self._changed:
+            while not done():
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return False
+                self._changed.wait(left)
+        return True
+
+    def _notify_changed(self) -> None:
+        with self._changed:
+            self._changed.notify_all()
 
     def report_process_exit(self, node_id: str, returncode: int) -> None:
         """Exit detection for a launched process (root only)."""
@@ -956,9 +975,7 @@ class Node:
             self._pairs[(sender, target)] = pair
         elif pair.node_id != node_id:
             self._command(_Rehome(sender, target, node_id))
-            deadline = time.monotonic() + 5.0
-            while pair.node_id != node_id and time.monotonic() < deadline:
-                time.sleep(0.001)
+            self._wait_until(lambda: pair.node_id == node_id, self.config.scaled(5.0))
         return pair
 
     def _wait_credit(self, pair: OutStream, target: str, kind: str, wait: float) -> None:
@@ -1632,6 +1649,7 @@ class Node:
             pass  # the stamp was refreshed on arrival
         elif isinstance(message, Welcome):
             self._view.welcomed(message)
+            self._notify_changed()
             if self._parking:
                 self._unpark()
             # Traffic to the root's actors shares the join connection: a second
@@ -1702,6 +1720,7 @@ class Node:
                 if node_id not in (self.node_id, skip):
                     self._send_node(node_id, update)
         changes = self._view.apply(update)
+        self._notify_changed()
         if self._parking and update.added:
             self._unpark()
         for name, node_id in changes.moved:
@@ -1825,6 +1844,7 @@ class Node:
         if pair is None or pair.node_id == node_id:
             return
         self._queue(node_id, pair.rehome(node_id, self._renumber))
+        self._notify_changed()
         self._log.info("actor moved; re-sending unhandled messages", target=target, node=node_id,
                        count=len(pair.unacked))
 
@@ -1865,6 +1885,8 @@ class Node:
             if pair.on_ack(entry.received, entry.handled, now) and pair.waiting:
                 with pair.cond:
                     pair.cond.notify_all()
+        if self._closing:
+            self._notify_changed()  # close() waits for the last acks
 
     def _flush_acks(self) -> None:
         self._ack_due = None

@@ -40,3 +40,17 @@ def test_a_tell_of_something_that_is_not_a_message_is_refused_before_it_is_numbe
     with pytest.raises(WrongType, match="expected an actorwire message, got dict"):
         node.send_record("flooder", "sink", {"type": "batch"})  # type: ignore[arg-type]
     assert node.send_record("flooder", "sink", BATCH)[0] == 1
+
+
+def test_the_node_waits_on_conditions_not_in_polling_sleeps() -> None:
+    """close, wait_for, a takeover's registration and a re-homed stream polled with sleeps (5 ms, 2 ms,
+    staleness/10, 1 ms): each now waits on the node's condition, which the I/O thread notifies."""
+    import ast
+    import pathlib
+
+    from actorwire.transport import _node
+
+    tree = ast.parse(pathlib.Path(_node.__file__).read_text())
+    sleeps = [node.lineno for node in ast.walk(tree) if isinstance(node, ast.Call)
+              and isinstance(node.func, ast.Attribute) and node.func.attr == "sleep"]
+    assert sleeps == [], f"time.sleep in transport/_node.py at lines {sleeps}"
