@@ -1,8 +1,8 @@
 """Lines: a user thread's own socket to a peer node, for the asks it waits on.
 
-A blocking ask used to cross two thread hand-offs on the asking side alone:
-the calling thread queued the request for the I/O thread and woke it, and the
-I/O thread woke the caller when the reply came (decision 0004 measured each
+Through the I/O thread a blocking ask crosses two thread hand-offs on the asking side alone:
+the calling thread queues the request for the I/O thread and wakes it, and the
+I/O thread wakes the caller when the reply comes (decision 0004 measured each
 wake-up at tens of microseconds on a 2-core VM).  A line removes both: the
 calling thread owns a DEALER connected to the target's node, sends the request
 on it and waits on it for the reply.  One socket, one owning thread, as the

@@ -271,8 +271,8 @@ class Coordinator(Actor):
 
     def _tell(self, ctx: Context, r: RankState, message: Message) -> None:
         """Tell one rank; one that went down a moment ago is skipped: its Down is on the way and is
-        handled as its death.  (A raise here left a handler half done: an epoch dispatched to the
-        ranks before it and not after; found by the simulator with restarts.)"""
+        handled as its death.  (A raise here would leave a handler half done: an epoch dispatched
+        to the ranks before it and not after.)"""
         try:
             ctx.tell(r.name, message)
         except (ActorDead, UnknownActor):
@@ -303,7 +303,7 @@ class Coordinator(Actor):
         if not r.alive and not r.told_to_leave and self.phase is not Phase.STOPPING:
             # Declared dead (its process stopped or cut off past the runtime's timeout) and speaking again:
             # its share went to the others. It is told to leave, once, rather than left to wait for
-            # plans that never come (a revived SIGSTOPped worker crashed; found by the simulator).
+            # plans that never come (a revived SIGSTOPped worker would crash).
             r.told_to_leave = True
             ctx.log.warning("a rank declared dead spoke again; telling it to leave", rank=r.rank)
             try:  # not Shutdown: it must not end like a rank that finished, its model is stale

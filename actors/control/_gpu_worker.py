@@ -176,8 +176,8 @@ class GpuWorker(Actor):
             ctx.log.error("the coordinator refused this rank", reason=str(exc))
             ctx.stop()
             return
-        # As the Worker does: a coordinator that dies ends this rank, a silent one is warned about (it used to
-        # wait for plans that would never come).
+        # As the Worker does: a coordinator that dies ends this rank (it would wait for plans that never
+        # come), a silent one is warned about.
         ctx.watch(self.coordinator)
         ctx.start_timer("coordinator-silence", min(1.0, self.coordinator_timeout / 2), periodic=True)
 

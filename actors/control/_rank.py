@@ -240,7 +240,7 @@ def current(items: list[T], message: Callable[[T], Message] = lambda item: item)
 
 # Served while regrouping: what forms, breaks or ends a group, and what only updates state. Plans
 # and slices are kept with the rest, in order: a dead rank's slice served ahead of a kept
-# StartEpoch became a plan of its own, reported as the whole epoch (found by the simulator).
+# StartEpoch would become a plan of its own, reported as the whole epoch.
 _SERVED_WHILE_REGROUPING = (NewNcclSession, RequestNewNcclId, DeclareDead, Shutdown, ShutdownWithSave, Evicted, Down,
                             CoordHeartbeat, Heartbeat, SetGlobalStep, EvalBroadcast)
 
@@ -472,7 +472,7 @@ class RankProtocol:
         # A SyncNow kept while regrouping came before the session just formed: it was for a group
         # that is gone, and the coordinator asks again on the new one (after a formation every
         # member must run the same collectives: a rank that ran a kept SyncNow while another had
-        # not kept it left the two a reduce apart; found by the simulator's model).  Without a new
+        # not kept it would leave the two a reduce apart).  Without a new
         # group, only the last one is still asked for.
         syncs = [i for i, msg in enumerate(deferred) if isinstance(msg, SyncNow)]
         keep = -1 if formed or not syncs else syncs[-1]
