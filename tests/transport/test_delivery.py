@@ -23,6 +23,18 @@ def _stream(n: int, *, window: int = 8) -> OutStream:
     return out
 
 
+def test_a_run_is_taken_whole_only_when_it_is_the_next_numbers_within_the_window() -> None:
+    ins = InStreams(window=4)
+    key = ("node-a", "worker/1", "sink")
+    assert not ins.accept_run(key, 1, 2)  # no stream yet: the first record opens it through accept
+    assert ins.accept(key, 1) is Verdict.ACCEPT
+    assert not ins.accept_run(key, 3, 2)  # a gap
+    assert not ins.accept_run(key, 2, 5)  # past the window (nothing handled yet)
+    assert ins.accept_run(key, 2, 3)
+    assert ins.accept(key, 4) is Verdict.DUPLICATE  # taken by the run
+    assert ins.accept(key, 5) is Verdict.OVERRUN
+
+
 def test_an_ack_releases_what_was_handled_and_returns_credit() -> None:
     out = _stream(5)
     assert out.in_flight == 5
@@ -167,6 +179,32 @@ class Network(RuleBasedStateMachine):
             self.mailbox.append((key, seq, record))
         elif verdict is Verdict.DUPLICATE:  # as the node does: a duplicate is acked again
             self.handled.setdefault(key, self.ins.handled_of(key))
+
+    @rule(data=st.data())
+    @precondition(lambda self: self.net)
+    def deliver_batch(self, data: st.DataObject) -> None:
+        """As the node takes a batch off one connection: a run of the next numbers of one stream is
+        taken whole (``accept_run``), anything else record by record (``accept``)."""
+        k = data.draw(st.integers(1, len(self.net)), label="batch size")
+        batch, self.net = self.net[:k], self.net[k:]
+        live = [b for b in batch if b[1] == f"recv-{self.receiver}"]
+        if not live:
+            return
+        incarnations = {b[0] for b in live}
+        seqs = [b[2] for b in live]
+        key = (self._source(live[0][0]), "worker/1", "sink")
+        if len(incarnations) == 1 and seqs == list(range(seqs[0], seqs[0] + len(seqs))) and \
+                self.ins.accept_run(key, seqs[0], len(seqs)):
+            self.mailbox.extend((key, seq, record) for _, _, seq, record in live)
+            return
+        for incarnation, _, seq, record in live:
+            key = (self._source(incarnation), "worker/1", "sink")
+            verdict = self.ins.accept(key, seq)
+            assert verdict is not Verdict.OVERRUN, "a sender that keeps to its window never overruns"
+            if verdict is Verdict.ACCEPT:
+                self.mailbox.append((key, seq, record))
+            elif verdict is Verdict.DUPLICATE:
+                self.handled.setdefault(key, self.ins.handled_of(key))
 
     @rule(data=st.data())
     @precondition(lambda self: self.net)
