@@ -32,13 +32,13 @@ from actorwire.actors.control._ledger import (
     RankState,
     add_metrics,
     aggregate,
-    by_speed,
     join_refusal,
     remaining_slices,
     shares,
     split_slices,
 )
 from actorwire.actors.control._phases import ACCEPTED, Event, Phase, next_phase
+from actorwire.actors.control._roles import Roles
 from actorwire.actors.control._sync import SyncCadence
 from actorwire.actors.runtime._actor import Actor, EffectsAdapter, effects_name, handler
 from actorwire.actors.runtime._context import Context
@@ -159,22 +159,14 @@ class Coordinator(Actor):
         #: The sync cadence and what each sync put in the model (``_sync.SyncCadence``).
         self.sync = SyncCadence(self.settings.sync_policy, self.settings.sync_every, self.settings.overhead_target)
         self.metrics: dict[int, dict[int, MetricsMsg]] = {}
-        self.eval_role: int | None = None
-        self.checkpoint_role: int | None = None
-        self.epoch_role: int | None = None
-        self.role_dirty = True
-        self.pending_eval = False
-        self.pending_checkpoint = False
-        self.checkpoint_tried: set[int] = set()
-        self.eval_schedule = 0
-        self.final_eval_pending = False
+        #: Who runs evals, checkpoints and the epoch callback, and when they are due (``_roles.Roles``).
+        self.roles = Roles(self.settings.eval_every, self.settings.checkpoint_every)
         self.saved: SaveReason | None = None
         self.shutdown_at: float | None = None
         #: Forming the process group again after a loss or a rejoin (``_groups.GroupFormation``).
         self.groups = GroupFormation(self.settings.rendezvous_timeout)
         #: The model signature every join must match: the settings', else the first join's.
         self._signature = ""
-        self._final_eval_sent = False
         self.history: list[EpochMetrics] = []
         self.started_at = 0.0
         #: Ranks lost before the run started, and how: they are not waited for.
@@ -574,10 +566,10 @@ class Coordinator(Actor):
         ctx.log.error("rank lost", rank=r.rank, phase=self.phase, epoch=self.epoch, reason=why, remainder=remainder)
         self._sink(ctx, RankLost(rank=r.rank, epoch=self.epoch, reason=why, world_size=len(self.alive())))
         self.groups.lost(ctx.now())
-        held_eval = r.rank == self.eval_role
-        if r.rank in (self.eval_role, self.checkpoint_role, self.epoch_role):
+        held_eval = r.rank == self.roles.eval
+        if self.roles.holds_a_role(r.rank):
             self._elect_roles(ctx, force=True)
-        if held_eval and self.final_eval_pending and self.alive():
+        if held_eval and self.roles.final_eval_pending and self.alive():
             # Its final eval died with it: the run would wait for that answer forever (found by
             # the simulator). The new eval rank runs it.
             self._send_eval(ctx, self.settings.num_epochs, final=True)
@@ -668,8 +660,7 @@ class Coordinator(Actor):
         self.metrics = {e: v for e, v in self.metrics.items() if e < epoch}
         self.sync.reseed()  # the first sync seeds the model from one rank (all loaded the same)
         self.groups.restarted()
-        self.pending_eval = self.pending_checkpoint = self.final_eval_pending = False
-        self._final_eval_sent = False
+        self.roles.restarted()
         self._restart_since = None
         self._move(Event.RESUMED)
         line = (f"every rank was lost in epoch {lost_in} and started again; resumed at epoch {epoch} "
@@ -760,20 +751,7 @@ class Coordinator(Actor):
     # -- roles ------------------------------------------------------------------
 
     def _elect_roles(self, ctx: Context, force: bool = False) -> None:
-        alive = self.alive()
-        if not alive:
-            return
-        fastest = by_speed(alive)[0].rank
-        live = {r.rank for r in alive}
-        for role in ("checkpoint_role", "epoch_role"):
-            if force or getattr(self, role) not in live:
-                setattr(self, role, fastest)
-        # Evals go only to a rank that has an eval function (none asked when no rank has one: every
-        # epoch logged "eval failed ... no eval function given" with the defaults).
-        evaluators = [r for r in by_speed(alive) if r.evaluates]
-        if force or self.eval_role not in {r.rank for r in evaluators}:
-            self.eval_role = evaluators[0].rank if evaluators else None
-        self.role_dirty = True
+        self.roles.elect(self.alive(), force)
 
     # -- epochs -------------------------------------------------------------------
 
@@ -785,16 +763,14 @@ class Coordinator(Actor):
         if not alive:
             return
         self.epoch = epoch
-        if self.role_dirty:
-            self._tell_all(ctx, SetEpochCallbackRole(rank=self.epoch_role or 0))
-            self.role_dirty = False
+        callback = self.roles.epoch_callback_news()
+        if callback is not None:
+            self._tell_all(ctx, SetEpochCallbackRole(rank=callback))
         c = self.settings
-        if epoch > 0 and (self.pending_checkpoint or (c.checkpoint_every and epoch % c.checkpoint_every == 0)):
-            self.pending_checkpoint = False
-            self.checkpoint_tried = set()
+        checkpoint, evaluate = self.roles.due_at(epoch)
+        if checkpoint:
             self._send_checkpoint(ctx, epoch)
-        if epoch > 0 and (self.pending_eval or (c.eval_every and epoch % c.eval_every == 0)):
-            self.pending_eval = False
+        if evaluate:
             self._send_eval(ctx, epoch)
         self._sink(ctx, StartEpoch(epoch=epoch, partition_offset=0, partition_size=c.dataset_size))
         offset = 0
@@ -817,18 +793,17 @@ class Coordinator(Actor):
         self._maybe_sync(ctx)  # the ranks that do not hold the model take it before they train
 
     def _send_eval(self, ctx: Context, epoch: int, final: bool = False) -> None:
-        target = self.ranks.get(self.eval_role) if self.eval_role is not None else None
+        target = self.ranks.get(self.roles.eval) if self.roles.eval is not None else None
         if target is None or not target.alive:
             return
-        self.eval_schedule += 1
-        self._tell(ctx, target, ExecuteEval(schedule_id=FINAL_EVAL if final else self.eval_schedule, epoch=epoch,
+        self._tell(ctx, target, ExecuteEval(schedule_id=self.roles.eval_id(final), epoch=epoch,
                                           target_rank=target.rank, final=final))
 
     def _send_checkpoint(self, ctx: Context, version: int) -> None:
-        target = self.ranks.get(self.checkpoint_role) if self.checkpoint_role is not None else None
+        target = self.ranks.get(self.roles.checkpoint) if self.roles.checkpoint is not None else None
         if target is None or not target.alive:
             return
-        self.checkpoint_tried.add(target.rank)
+        self.roles.checkpoint_tried.add(target.rank)
         # Sent before the epoch's plans: the model it saves is the one every rank holds after the
         # epoch before ``version``, which holds ``global_step`` steps.
         self._checkpoint_steps = {version: self.global_step}
@@ -901,9 +876,9 @@ class Coordinator(Actor):
         if self._from_rank(ctx, msg.rank) is None:
             return
         if msg.kind is IntentKind.EVAL_NOW:
-            self.pending_eval = True
+            self.roles.pending_eval = True
         else:
-            self.pending_checkpoint = True
+            self.roles.pending_checkpoint = True
 
     @handler
     @_phased
@@ -922,7 +897,7 @@ class Coordinator(Actor):
             self._tell_all(ctx, broadcast)
             self._sink(ctx, broadcast)
         if msg.schedule_id == FINAL_EVAL:
-            self.final_eval_pending = False
+            self.roles.final_eval_pending = False
             self._maybe_finish(ctx)
 
     @handler
@@ -931,15 +906,14 @@ class Coordinator(Actor):
         if self._from_rank(ctx, msg.rank) is None:
             return
         if msg.error is None:
-            self.checkpoint_role = msg.rank  # sticky
+            self.roles.checkpoint_done(msg.rank)
             steps = self._checkpoint_steps.get(msg.version)
             if msg.path and steps is not None:
                 self.checkpoint = Checkpointed(version=msg.version, path=msg.path, global_step=steps)
             return
-        untried = [r for r in self.alive() if r.rank not in self.checkpoint_tried]
-        ctx.log.warning("checkpoint failed", rank=msg.rank, error=msg.error, retry=bool(untried))
-        if untried:
-            self.checkpoint_role = untried[0].rank
+        retry = self.roles.checkpoint_failed(self.alive())
+        ctx.log.warning("checkpoint failed", rank=msg.rank, error=msg.error, retry=retry is not None)
+        if retry is not None:
             self._send_checkpoint(ctx, msg.version)
 
     # -- sync cadence -------------------------------------------------------------
@@ -1084,14 +1058,15 @@ class Coordinator(Actor):
         if any(r.steps_since_sync for r in alive):
             self._arm_sync(ctx)  # one final consensus reduce
             return
-        if self.settings.final_eval and not self.final_eval_pending and not self._final_eval_sent:
-            target = self.ranks.get(self.eval_role) if self.eval_role is not None else None
+        roles = self.roles
+        if self.settings.final_eval and not roles.final_eval_pending and not roles.final_eval_sent:
+            target = self.ranks.get(roles.eval) if roles.eval is not None else None
             if target is not None and target.alive:
-                self._final_eval_sent = True
-                self.final_eval_pending = True
+                roles.final_eval_sent = True
+                roles.final_eval_pending = True
                 self._send_eval(ctx, self.settings.num_epochs, final=True)
                 return
-        if self.final_eval_pending:
+        if roles.final_eval_pending:
             return
         self._move(Event.DONE)
         self.shutdown_at = ctx.now()

@@ -357,9 +357,9 @@ def test_role_failover_elects_the_fastest_live_rank() -> None:
     batch(h, 0, 1, ms=50.0)
     batch(h, 1, 1, ms=30.0)
     batch(h, 2, 1, ms=10.0)
-    assert h.actor.eval_role == 0  # elected before calibration: lowest rank
+    assert h.actor.roles.eval == 0  # elected before calibration: lowest rank
     h.down("worker/0", m.DownReason.DEAD)
-    assert h.actor.eval_role == 2 and h.actor.checkpoint_role == 2
+    assert h.actor.roles.eval == 2 and h.actor.roles.checkpoint == 2
 
 
 @pytest.mark.parametrize(
@@ -479,7 +479,7 @@ def test_failed_checkpoint_is_retried_on_the_next_live_rank() -> None:
     (retry,) = sent(h, m.Checkpoint)
     assert retry == ("worker/1", m.Checkpoint(version=1, target_rank=1))
     h.deliver(m.CheckpointResult(rank=1, version=1, elapsed_ms=1.0), sender="worker/1")
-    assert h.actor.checkpoint_role == 1  # sticky after success
+    assert h.actor.roles.checkpoint == 1  # sticky after success
 
 
 def test_shutdown_only_after_the_last_sync_and_the_final_eval() -> None:
@@ -837,7 +837,7 @@ def test_heartbeat_thread_of_a_rank_is_accepted() -> None:
 
 def _state(h: ActorHarness) -> tuple:
     c = h.actor
-    return (c.phase, c.epoch, c.global_step, c.sync.cycle, c.sync.armed_at, dict(c.sync.quota), c.pending_eval,
+    return (c.phase, c.epoch, c.global_step, c.sync.cycle, c.sync.armed_at, dict(c.sync.quota), c.roles.pending_eval,
             [(r.rank, r.steps_since_sync, r.total_steps, r.epoch_steps, r.reported_epoch, r.ms_per_batch)
              for r in c.ranks.values()], {e: dict(v) for e, v in c.metrics.items()})
 
