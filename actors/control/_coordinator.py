@@ -695,9 +695,8 @@ class Coordinator(Actor):
             self._save_and_shutdown(ctx, self._unrecoverable() or SaveReason.SINGLE_SURVIVOR,
                                     f"no rank could form a new process group ({ROUNDS} rounds, each "
                                     f"rank asked; phase {self.phase}, epoch {self.epoch})")
-        elif isinstance(generator, RankState):
-            search = self.groups.search
-            self._tell(ctx, generator, RequestNewNcclId(attempt=len(search.tried) - 1 if search else 0))
+        elif isinstance(generator, RankState) and self.groups.search is not None:
+            self._tell(ctx, generator, RequestNewNcclId(attempt=self.groups.search.attempt))
 
     def _check_rendezvous_timeout(self, ctx: Context, now: float) -> None:
         if self.groups.timed_out(self.ranks, now):
@@ -788,8 +787,7 @@ class Coordinator(Actor):
         if joining:  # the group must take the rejoined ranks in
             ctx.log.warning("rejoined ranks take part from this epoch", epoch=epoch, ranks=[r.rank for r in joining])
             self.groups.lost(ctx.now())
-            self.groups.search = None
-            self._start_rendezvous(ctx, fresh=True)
+            self._start_rendezvous(ctx, fresh=True)  # a fresh search replaces the one in progress
         self._maybe_sync(ctx)  # the ranks that do not hold the model take it before they train
 
     def _send_eval(self, ctx: Context, epoch: int, final: bool = False) -> None:

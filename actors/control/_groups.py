@@ -29,6 +29,11 @@ class Rendezvous:
     tried: frozenset[int]
     round: int = 0
 
+    @property
+    def attempt(self) -> int:
+        """How many ranks were asked before the generator in this round (``RequestNewNcclId.attempt``)."""
+        return len(self.tried) - 1
+
 
 class NoGenerator:
     """``GroupFormation.ask`` found nobody left to ask: every survivor was asked in every round."""

@@ -18,12 +18,12 @@ def test_the_fastest_survivor_is_asked_and_one_attempt_runs_at_a_time() -> None:
     ranks = _ranks(30.0, 10.0, 20.0)
     g = GroupFormation(rendezvous_timeout=5.0)
     first = g.ask(list(ranks.values()), ranks, 1.0)
-    assert first is ranks[1] and g.search is not None and g.search.tried == {1}
+    assert first is ranks[1] and g.search is not None and g.search.tried == {1} and g.search.attempt == 0
     assert g.ask(list(ranks.values()), ranks, 1.5) is None  # its generator lives: the attempt stands
     assert not g.timed_out(ranks, 5.9)
     assert g.timed_out(ranks, 6.1)  # silent past the wait
     nxt = g.ask(list(ranks.values()), ranks, 6.1, move_on=True)
-    assert nxt is ranks[2] and g.search is not None and g.search.tried == {1, 2}
+    assert nxt is ranks[2] and g.search is not None and g.search.tried == {1, 2} and g.search.attempt == 1
 
 
 def test_a_dead_generator_is_moved_on_from_at_once() -> None:
