@@ -140,6 +140,7 @@ def _actorwire_rank() -> dict[str, Any]:
         # the clock starts there and stops at the last (None), as DDP's starts after its process
         # group and its construction's broadcast and stops before destroy_process_group.
         plan = worker.next_plan()
+        clock.reduce_wall = clock.reduce_cpu = 0.0  # the first sync's averaging ran before the clock
         t0 = time.perf_counter()
         while plan is not None:
             batches = iter(worker.batches(plan, digits.BATCH, shuffle_seed=digits.SHUFFLE_SEED))
@@ -159,12 +160,18 @@ def _actorwire_rank() -> dict[str, Any]:
 
 def _results_of(procs: list[subprocess.Popen[str]], timeout: float) -> list[dict[str, Any]]:
     out = []
-    for p in procs:
-        stdout, stderr = p.communicate(timeout=timeout)
-        lines = [line for line in stdout.splitlines() if line.startswith("{")]
-        if p.returncode != 0 or not lines:
-            raise TrainBenchError(f"a rank failed (exit {p.returncode}): {stderr.strip().splitlines()[-1:]}")
-        out.append(json.loads(lines[-1]))
+    try:
+        for p in procs:
+            stdout, stderr = p.communicate(timeout=timeout)
+            lines = [line for line in stdout.splitlines() if line.startswith("{")]
+            if p.returncode != 0 or not lines:
+                raise TrainBenchError(f"a rank failed (exit {p.returncode}): {stderr.strip().splitlines()[-1:]}")
+            out.append(json.loads(lines[-1]))
+    finally:  # one rank failed or timed out: the others would wait for it in a collective
+        for p in procs:
+            if p.poll() is None:
+                p.kill()
+                p.communicate()
     return out
 
 
