@@ -87,6 +87,7 @@ from actorwire.messages import (
     StartEpoch,
     SyncAck,
     SyncNow,
+    Throttle,
     TimerFired,
     WriteMeta,
 )
@@ -817,6 +818,7 @@ class Coordinator(Actor):
             return
         _count_batch(r, msg.batch_ms + msg.data_ms)
         self._maybe_sync(ctx)
+        self._throttle(ctx, r)
 
     @handler
     @_phased
@@ -832,6 +834,7 @@ class Coordinator(Actor):
         ranks = self.ranks
         batches = Batch in self._taken
         forged = 0
+        counted: list[RankState] = []
         for i, rank in enumerate(msg.ranks):
             r = ranks.get(rank)
             if r is None or r.relay != relay or not relay:
@@ -841,6 +844,7 @@ class Coordinator(Actor):
             r.silence_warned = 1
             if batches and r.alive:
                 _count_batch(r, msg.batch_ms[i] + msg.data_ms[i])
+                counted.append(r)
         for rank in msg.beats:
             r = ranks.get(rank)
             if r is None or r.relay != relay or not relay:
@@ -852,6 +856,8 @@ class Coordinator(Actor):
             self._refuse_relayed(ctx, relay, "reports for ranks that did not name it as their relay", forged)
         if n and batches:
             self._maybe_sync(ctx)
+            for r in counted:
+                self._throttle(ctx, r)
 
     def _refuse_relayed(self, ctx: Context, relay: str, why: str, count: int) -> None:
         key = ("relay_report", why)
@@ -919,6 +925,13 @@ class Coordinator(Actor):
     def _set_quotas(self) -> None:
         self.sync.set_quotas(self.alive(), self.settings.dataset_size, self.settings.batch_size)
 
+    def _throttle(self, ctx: Context, r: RankState) -> None:
+        """``Throttle`` to a rank that ran ``SyncCadence.lead_bound`` batches ahead of its last sync (its
+        peers are slower, or descheduled): it trains no more until the next sync."""
+        if self.sync.ahead(r):
+            r.throttled = True
+            self._tell(ctx, r, Throttle())
+
     def _maybe_sync(self, ctx: Context) -> None:
         if self.sync.in_progress or self.phase not in (Phase.RUNNING, Phase.FINISHING) or self.saved:
             return
@@ -949,7 +962,7 @@ class Coordinator(Actor):
                                     f"every rank that held the run's model was lost; ranks "
                                     f"{[r.rank for r in alive]} joined since and hold none (epoch {self.epoch})")
             return
-        cycle = sync.arm(ctx.now())
+        cycle = sync.arm(ctx.now(), self.ranks.values())
         self._tell_all(ctx, SyncNow(cycle=cycle, source=None if source is None else source.rank))
 
     @handler

@@ -2,7 +2,8 @@
 
 Where the embedded :class:`~actorwire.actors.control._worker.Worker` serves a loop the
 user keeps, ``GpuWorker`` *is* the loop: each batch is one handler run (the
-actor tells itself ``Throttle`` to take the next step), so ``SyncNow``,
+actor tells itself ``Throttle`` to take the next step; the coordinator's ``Throttle`` goes to the
+protocol), so ``SyncNow``,
 ``ExtendPartition``, ``ExecuteEval`` and the rest are handled between two
 batches, never behind a whole epoch.  Subclass it and give it the model::
 
@@ -214,6 +215,14 @@ class GpuWorker(Actor):
 
     @handler
     def on_step(self, msg: Throttle, ctx: Context) -> None:
+        """Its own ``Throttle`` is the next step; the coordinator's says the rank ran ahead of its peers:
+        the protocol takes it (no batch until the next sync), between two batches as any control."""
+        if ctx.sender != ctx.name:
+            if self.training:
+                self.held.append(msg)
+            else:
+                self._run(ctx, self.protocol.receive(msg, ctx.now()))
+            return
         self.stepping = False
         p = self.protocol
         if not p.can_train or self.training or self.collective:

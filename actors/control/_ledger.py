@@ -132,6 +132,9 @@ class RankState:
         #: acked, never the batches it reports after that and before the cycle closes.
         self.synced_steps = 0
         self.acked_steps = 0
+        #: Told ``Throttle`` (``SyncCadence.ahead``) since the last ``SyncNow``: told once, and it
+        #: does not hold the sync gate.
+        self.throttled = False
         #: ``total_steps`` when the current epoch was dispatched to it.
         self.epoch_start_steps = 0
         #: Holds the run's model: it took part in a completed sync, or it is the one whose

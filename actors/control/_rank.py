@@ -22,6 +22,8 @@ input                      effects
 ``receive(SyncNow)``        :class:`AllReduce` weighed by :func:`reduce_weight` (0 until the rank
                             holds the run's model), whose result is ``sync_done()``:
                             :class:`Send` ``SyncAck``, or ``SessionFailed`` and *regrouping*
+``receive(Throttle)``       nothing; the rank takes no batch (``can_train`` is false) until its next
+                            sync completes: it ran ahead of its peers (``SyncCadence.lead_bound``)
 ``receive(NewNcclSession)`` :class:`FormGroup`; ``group_formed()``: nothing, or ``SessionFailed``
 ``receive(RequestNewNcclId)`` :class:`MakeGroupId`; ``group_id_made()``: ``NewNcclIdGenerated``
 ``receive(ExecuteEval)``    :class:`Evaluate`; ``evaluated()`` sends the result
@@ -86,6 +88,7 @@ from actorwire.messages import (
     StartEpoch,
     SyncAck,
     SyncNow,
+    Throttle,
     UsageError,
 )
 from actorwire.messages.kinds._control import Evicted
@@ -265,6 +268,8 @@ class RankProtocol:
         self.steps_since_sync = 0
         #: It took part in a completed sync: it holds the run's model and may train.
         self.in_sync = False
+        #: Told ``Throttle``: it trains no more until its next sync completes.
+        self.throttled = False
         #: The coordinator named it the source of the run's initial model (``SyncNow.source``).
         self.model_source = False
         self.global_step = 0
@@ -300,9 +305,9 @@ class RankProtocol:
 
     @property
     def can_train(self) -> bool:
-        """Whether the loop may take a batch now: the run not over, not waiting for a group, and
-        holding the run's model (it took part in a completed sync)."""
-        return self.ended is None and not self.regrouping and self.in_sync
+        """Whether the loop may take a batch now: the run not over, not waiting for a group,
+        holding the run's model (it took part in a completed sync), and not throttled."""
+        return self.ended is None and not self.regrouping and self.in_sync and not self.throttled
 
     # -- joining ------------------------------------------------------------------------------
 
@@ -368,6 +373,11 @@ class RankProtocol:
                 self.model_source = True
             holds = self.in_sync or self.model_source
             return [AllReduce(msg.cycle, self.steps_since_sync, reduce_weight(self.steps_since_sync, holds))]
+        if isinstance(msg, Throttle):
+            # Sent only while the sync that ends it is still to come (``SyncCadence.ahead``).
+            if self.in_sync and not self.exiting_sent:
+                self.throttled = True
+            return []
         if isinstance(msg, SetGlobalStep):
             self.global_step = msg.global_step
         elif isinstance(msg, SetEpochCallbackRole):
@@ -436,6 +446,7 @@ class RankProtocol:
         if error is None:
             self.steps_since_sync = 0
             self.in_sync = True
+            self.throttled = False
             return [Send(SyncAck(rank=self.rank, step_count=self.steps, covered=covered, cycle=cycle))]
         # Abandoned, not retried: the survivors may have left it at different points. Said at once:
         # when no death explains the failure (a hung peer) only this report makes the coordinator

@@ -77,7 +77,7 @@ class SyncCadence:
 
     def blocks(self, r: RankState, epoch: int, batch_size: int) -> bool:
         """Whether ``r`` holds the gate: alive, under its quota, and still able to move."""
-        return (r.alive and not r.exited and not r.waiting and r.steps_since_sync < self.quota.get(r.rank, self.sync_every)
+        return (r.alive and not r.exited and not r.waiting and not r.throttled and r.steps_since_sync < self.quota.get(r.rank, self.sync_every)
                 and not self.quiesced(r, epoch, batch_size))
 
     def gate_open(self, ranks: Iterable[RankState], epoch: int, batch_size: int) -> bool:
@@ -89,17 +89,43 @@ class SyncCadence:
         for r in ranks:
             if not r.alive or r.exited:
                 continue
-            moved = moved or r.steps_since_sync > 0
+            moved = moved or r.steps_since_sync > 0 or r.throttled
             if self.blocks(r, epoch, batch_size):
                 self.blocker = r
                 return False
         self.blocker = None
         return moved
 
+    def lead_bound(self, r: RankState) -> int:
+        """The batches ``r`` may train past its last completed sync before it is told ``Throttle``:
+        twice its quota (at least its quota plus 4).  Local SGD's drift grows with the steps a rank
+        takes alone: without a bound, ranks whose peer is descheduled trained an epoch and more
+        between two averages, and a run under a loaded SLURM ended 1.5 points below the others."""
+        quota = self.quota.get(r.rank, self.sync_every)
+        return quota + max(quota, 4)
+
+    def ahead(self, r: RankState) -> bool:
+        """Whether to tell ``r`` ``Throttle`` now: it holds the model, trained ``lead_bound`` batches
+        since its last completed sync, was not told yet, and the sync that frees it is still to be
+        sent (no cycle in progress, or ``r`` acked the one in progress): so ``Throttle`` always
+        reaches it before the ``SyncNow`` that ends it.  A rank that has the cycle in progress to
+        serve is about to sync anyway."""
+        if r.throttled or not r.has_model:
+            return False
+        if self.armed_at is None:
+            since = r.total_steps - r.synced_steps
+        elif r.rank in self.acked:  # its reduce is done: what it trained after its ack counts
+            since = r.total_steps - r.acked_steps
+        else:
+            return False
+        return since >= self.lead_bound(r)
+
     # -- a cycle --------------------------------------------------------------------------------
 
-    def arm(self, now: float) -> int:
-        """A new cycle starts now; its number (``SyncNow.cycle``)."""
+    def arm(self, now: float, ranks: Iterable[RankState]) -> int:
+        """A new cycle starts now; its number (``SyncNow.cycle``).  Its ``SyncNow`` ends every throttle."""
+        for r in ranks:
+            r.throttled = False
         self.cycle += 1
         self.armed_at = now
         self.acked = set()

@@ -218,6 +218,10 @@ class Worker:
             order = epoch_order(self.dataset_size, shuffle_seed, plan.epoch)
         p = self.protocol
         while p.current is plan and p.ended is None:
+            while p.throttled and p.ended is None:  # ran ahead of its peers: until the next sync
+                self._pump(0.2)
+            if p.current is not plan or p.ended is not None:
+                return
             indices = p.take(batch_size)
             if indices is None:
                 self._pump(0.0)  # a dead rank's remainder may have arrived

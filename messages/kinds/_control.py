@@ -59,7 +59,9 @@ class SyncNow(Message, frozen=True, tag="sync_now"):
 
 
 class Throttle(Message, frozen=True, tag="throttle"):
-    """CPU backend: this rank is too far ahead; wait for the next sync."""
+    """This rank trained its lead bound (twice its sync quota, at least quota + 4 batches) past its
+    last completed sync: it takes no batch until its next sync completes.  Sent only while that
+    sync's ``SyncNow`` is still to be sent, so it never outlives it."""
 
 
 class SetGlobalStep(Message, frozen=True, tag="set_global_step"):

@@ -168,6 +168,24 @@ def test_batches_reported_between_a_rank_s_ack_and_the_cycle_s_end_wait_for_the_
     assert h.actor.global_step == 8 and h.actor.phase == "stopping"
 
 
+def test_a_rank_that_runs_ahead_of_a_slow_peer_is_throttled_until_the_next_sync() -> None:
+    """Ranks trained on alone while a peer was descheduled (an epoch and more between two averages
+    under a loaded SLURM); the coordinator never said stop.  Past twice its quota (at least quota
+    + 4 batches) a rank is told ``Throttle`` once, the next ``SyncNow`` frees it."""
+    h = make(world=2, sync_every=4, dataset_size=200)
+    join_all(h, world=2)
+    h.take()
+    batch(h, 0, 7)
+    assert sent(h, m.Throttle) == []
+    batch(h, 0, 1)  # 8 = twice its quota: rank 1, with none, holds the gate
+    assert sent(h, m.Throttle) == [("worker/0", m.Throttle())]
+    batch(h, 0, 1)  # one more in flight: not told twice
+    assert sent(h, m.Throttle) == []
+    batch(h, 1, 4)
+    assert [t for t, _ in sent(h, m.SyncNow)] == ["worker/0", "worker/1"]
+    assert not h.actor.ranks[0].throttled
+
+
 def test_an_ack_says_what_the_reduce_covered_even_for_a_rank_lost_before_its_ack() -> None:
     """A rank stopped after the reduce took its steps and before its ack arrived is in the model: the
     reduce's own count (``covered``, summed in the collective) makes the global step, not the acks."""

@@ -76,6 +76,25 @@ def test_one_batch_per_handler_so_control_interleaves() -> None:
     assert metrics and metrics[0].samples_processed == 250 and metrics[0].batches_processed == 3
 
 
+def test_the_coordinators_throttle_holds_the_actor_worker_until_the_next_sync() -> None:
+    """Its own ``Throttle`` is its next step; the coordinator's (it ran ahead of its peers) was taken
+    for one more step."""
+    from _actors import LinearWorker
+
+    h = ActorHarness(LinearWorker(rank=0, world_size=1, run_id="r", batch_size=10), name="worker/0",
+                     peers=["coordinator"])
+    h.actor.make_communicator = lambda: None  # type: ignore[method-assign]
+    h.start()
+    h.deliver(m.StartEpoch(epoch=0, partition_offset=0, partition_size=250), sender="coordinator")
+    h.deliver(m.SyncNow(cycle=1, source=0), sender="coordinator")
+    assert [type(s.message).__name__ for s in h.deliver(m.Throttle(), sender="worker/0")] == ["Batch", "Throttle"]
+    assert h.deliver(m.Throttle(), sender="coordinator") == []  # no step: the protocol holds it
+    assert h.deliver(m.Throttle(), sender="worker/0") == []  # the step it had queued trains nothing
+    out = [type(s.message).__name__ for s in h.deliver(m.SyncNow(cycle=2), sender="coordinator")]
+    assert out == ["SyncAck", "Throttle"]  # freed: the next step is queued
+    assert [type(s.message).__name__ for s in h.deliver(m.Throttle(), sender="worker/0")] == ["Batch", "Throttle"]
+
+
 def _joined_worker(**kw: object) -> ActorHarness:
     from _actors import LinearWorker
 

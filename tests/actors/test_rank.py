@@ -172,6 +172,28 @@ def test_a_rank_trains_only_once_it_holds_the_run_s_model() -> None:
     assert other.can_train
 
 
+def test_a_throttled_rank_takes_no_batch_until_its_next_sync_completes() -> None:
+    """The coordinator's ``Throttle`` (the rank ran its lead bound past its last sync) was not a
+    message the rank protocol knew: ranks trained on alone while a peer was descheduled."""
+    p = _joined()
+    p.receive(m.Throttle(), now=0.1)
+    assert not p.throttled  # not in a sync yet: nothing to hold back
+    p.receive(m.SyncNow(cycle=1), now=0.2)
+    p.sync_done(1, None, 0.3, covered=0)
+    assert p.can_train
+    assert p.receive(m.Throttle(), now=0.4) == []
+    assert not p.can_train
+    p.receive(m.SetGlobalStep(global_step=3), now=0.5)
+    assert not p.can_train  # only the sync frees it
+    p.receive(m.SyncNow(cycle=2), now=0.6)
+    p.sync_done(2, "peer gone", 0.7)
+    assert p.throttled  # a failed reduce frees nothing: the cycle is done again on the new group
+    p.group_formed(1, None, 0.8)
+    p.receive(m.SyncNow(cycle=3), now=0.9)
+    p.sync_done(3, None, 1.0, covered=2)
+    assert p.can_train
+
+
 def test_a_failed_all_reduce_is_reported_at_once_and_the_rank_waits_for_the_new_group() -> None:
     p = _joined()
     p.receive(m.NewNcclSession(uid=b"a", new_rank=1, new_world_size=2, attempt=2), now=0.0)

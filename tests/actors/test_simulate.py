@@ -387,3 +387,15 @@ def test_the_invariants_catch_a_resume_that_miscounts_the_checkpoint_s_steps() -
     sim.coordinator._send_checkpoint = off_by_one.__get__(sim.coordinator)  # type: ignore[method-assign]
     with pytest.raises(InvariantBroken, match=r"SetGlobalStep\(\d+\) after a reduce that covered"):
         sim.run()
+
+
+def test_no_rank_trains_far_past_its_last_sync_while_a_peer_is_slowed() -> None:
+    """A peer slowed five times for 4 s: the others trained on alone, up to 6.8 times their lead bound
+    (``SyncCadence.lead_bound``) past their last sync in these seeds.  Throttled, at most twice it
+    (the Throttle's flight and the batch in hand)."""
+    worst = 0.0
+    for seed in range(40):
+        sim = Simulation(seed, ranks=3, faults=[Fault("slow", 0.5, 2, duration=4.0)], epochs=3)
+        sim.run()
+        worst = max(worst, sim.lead)
+    assert 1.0 <= worst <= 2.0

@@ -54,7 +54,7 @@ def test_a_cycle_counts_what_each_rank_had_at_its_ack_not_the_batches_after() ->
     ranks = _ranks(2)
     _train(ranks[0], 2)
     _train(ranks[1], 2)
-    assert sync.arm(1.0) == 1 and sync.in_progress
+    assert sync.arm(1.0, []) == 1 and sync.in_progress
     assert not sync.ack(ranks[0], step_count=2, covered=None, in_run=frozenset(ranks))
     _train(ranks[0], 3)  # trains on while rank 1 acks
     assert sync.ack(ranks[1], step_count=2, covered=None, in_run=frozenset(ranks))
@@ -68,11 +68,11 @@ def test_the_reduces_own_count_wins_and_a_late_ack_is_counted_once() -> None:
     ranks = _ranks(2)
     _train(ranks[0], 2)
     _train(ranks[1], 2)
-    sync.arm(0.0)
+    sync.arm(0.0, [])
     sync.ack(ranks[0], step_count=2, covered=4, in_run=frozenset(ranks))  # rank 1 died before its ack
     assert sync.settle(ranks) == 4  # the reduce says it averaged 4 steps, rank 1's included
     cycle = sync.cycle
-    sync.arm(1.0)  # a new group: the cycle starts again
+    sync.arm(1.0, [])  # a new group: the cycle starts again
     assert sync.late_ack(ranks[1], cycle, step_count=2, covered=4) == 0  # counted already
     assert ranks[1].synced_steps == 2
     assert sync.late_ack(ranks[1], cycle - 1, step_count=2, covered=3) == 3  # a cycle never counted
@@ -84,7 +84,7 @@ def test_a_fresh_rank_holds_the_model_once_in_a_completed_sync() -> None:
     ranks = _ranks(2)
     ranks[1].has_model = False
     sync.fresh.add(1)
-    sync.arm(0.0)
+    sync.arm(0.0, [])
     sync.ack(ranks[0], step_count=0, covered=0, in_run=frozenset(ranks))
     sync.ack(ranks[1], step_count=0, covered=0, in_run=frozenset(ranks))
     assert sync.settle(ranks) == 0
@@ -97,9 +97,66 @@ def test_the_adaptive_anchor_grows_while_syncs_cost_more_than_the_target() -> No
     sync = SyncCadence("adaptive", 4, 0.1)
     assert sync.anchor == 4
     sync.window_started = 0.0
-    sync.arm(0.8)
+    sync.arm(0.8, [])
     sync.close(1.0)  # the sync took 0.2 s of a 1 s window: twice the target
     assert sync.anchor == 8
-    sync.arm(10.0)
+    sync.arm(10.0, [])
     sync.close(10.001)  # far under half the target: shrinks by a fifth
     assert sync.anchor == 6
+
+
+def test_a_rank_that_ran_its_lead_bound_past_its_last_sync_is_throttled_once() -> None:
+    """Nothing bounded how far a rank trained alone: with a peer descheduled, ranks trained an epoch
+    and more between two averages (local SGD's drift), and a run under a loaded SLURM ended 1.5
+    points below the others.  Twice the quota (at least quota + 4) past the last sync, it is told
+    ``Throttle``; once."""
+    sync = SyncCadence("fixed", 8, 0.1)
+    ranks = _ranks(2)
+    sync.set_quotas(list(ranks.values()), dataset_size=300, batch_size=1)
+    assert sync.lead_bound(ranks[0]) == 16
+    _train(ranks[0], 15)
+    assert not sync.ahead(ranks[0])
+    _train(ranks[0], 1)
+    assert sync.ahead(ranks[0])
+    ranks[0].throttled = True
+    assert not sync.ahead(ranks[0])  # told once
+    ranks[1].has_model = False
+    _train(ranks[1], 40)
+    assert not sync.ahead(ranks[1])  # a rank without the model trains nothing: no throttle for it
+
+
+def test_small_quotas_leave_a_lead_of_four_batches() -> None:
+    sync = SyncCadence("fixed", 1, 0.1)
+    ranks = _ranks(1)
+    sync.set_quotas(list(ranks.values()), dataset_size=300, batch_size=1)
+    assert sync.lead_bound(ranks[0]) == 5
+
+
+def test_throttle_is_never_sent_before_a_sync_the_rank_still_has_to_serve() -> None:
+    """A Throttle that reaches a rank after the SyncNow that should end it holds the rank for ever (the
+    simulator's seed 307 hung): while a cycle is armed, only a rank that acked it is throttled, and
+    its lead counts from its ack."""
+    sync = SyncCadence("fixed", 4, 0.1)
+    ranks = _ranks(2)
+    sync.set_quotas(list(ranks.values()), dataset_size=300, batch_size=1)
+    _train(ranks[0], 9)
+    _train(ranks[1], 4)
+    sync.arm(1.0, ranks.values())
+    assert not sync.ahead(ranks[0])  # SyncNow is on its way to it
+    sync.ack(ranks[0], step_count=9, covered=None, in_run=frozenset(ranks))
+    assert not sync.ahead(ranks[0])  # its reduce covered all 9
+    _train(ranks[0], 7)
+    assert not sync.ahead(ranks[0])
+    _train(ranks[0], 1)
+    assert sync.ahead(ranks[0])  # 8 past its ack
+
+
+def test_a_throttled_rank_does_not_hold_the_gate_and_the_next_sync_frees_it() -> None:
+    sync = SyncCadence("fixed", 4, 0.1)
+    ranks = _ranks(2)
+    sync.set_quotas(list(ranks.values()), dataset_size=300, batch_size=1)
+    _train(ranks[1], 4)
+    ranks[0].throttled = True  # however few batches it counts, it waits for the next sync
+    assert sync.gate_open(ranks.values(), epoch=0, batch_size=1)
+    sync.arm(1.0, ranks.values())
+    assert not ranks[0].throttled

@@ -25,6 +25,9 @@ def trains_from(self: Simulation, rank: SimRank) -> None:
     origin = rank.model.origin
     self.last_batch_at = self.now
     c = self.coordinator
+    r = c.ranks.get(rank.rank)
+    if r is not None:  # how far past its last sync it trains, in its lead bounds (Throttle's measure)
+        self.lead = max(self.lead, (rank.protocol.steps_since_sync + 1) / c.sync.lead_bound(r))
     if len(c.restarts) != self._restarts_seen:
         # The coordinator resumed a group its launcher started again; with no checkpoint it
         # started the run over, from a new initial model (the old one died with the ranks).

@@ -101,6 +101,8 @@ class Simulation:
         self.sunk: list[tuple[float, m.Message]] = []
         self.told_end: set[int] = set()  # incarnations the coordinator told that the run ended  # what the metrics sink got, and when
         self.messages = 0
+        #: The most batches a rank trained past its last sync, in its lead bounds (``SyncCadence.lead_bound``).
+        self.lead = 0.0
         # Generous: the slowest rank's share of every epoch, every timeout that may fire, slack (twice
         # the epochs under torchrun: a restarted group trains the epochs after its checkpoint again).
         per_run = self.epochs * (self.dataset / self.batch) * 0.02 * 4
