@@ -4,7 +4,7 @@ The coordinator actor runs in this process, as in a real run.  The workers
 are simulated by a few processes, each multiplexing its share of ranks: every
 rank is a named inbox (``worker/R``) that joins, reports a ``Batch`` ten
 times a second and a ``Heartbeat`` every second, answers ``SyncNow`` and
-``ExecuteEval``, reports ``MetricsMsg`` at the end of its slice, and leaves
+``ExecuteEval``, trains nothing between a ``Throttle`` and the next ``SyncNow`` (as a real rank), reports ``MetricsMsg`` at the end of its slice, and leaves
 on ``Shutdown``, all driven by one loop per process.
 
 By default each process is one host with a per-host relay (``actors/control/_relay.py``): its
@@ -77,6 +77,7 @@ def _simulate(first: int, count: int, world: int, run_id: str, batches: int, rel
     slices = {r: 0 for r in boxes}     # ExtendPartition slices taken this epoch
     epoch = {r: 0 for r in boxes}
     steps = {r: 0 for r in boxes}
+    throttled: set[int] = set()        # told Throttle: no batch until the next SyncNow
     began = {r: 0.0 for r in boxes}
     done: set[int] = set()
     # When each epoch's last rank of this process reported, written once at the end: a line per
@@ -98,7 +99,10 @@ def _simulate(first: int, count: int, world: int, run_id: str, batches: int, rel
                     left[r] += msg.partition_size
                     slices[r] += 1
                 elif isinstance(msg, m.SyncNow):
+                    throttled.discard(r)
                     box.tell("coordinator", m.SyncAck(rank=r, step_count=steps[r]))
+                elif isinstance(msg, m.Throttle):
+                    throttled.add(r)
                 elif isinstance(msg, m.ExecuteEval):
                     box.tell("coordinator", m.EvalResult(rank=r, schedule_id=msg.schedule_id, epoch=msg.epoch,
                                                          metric=0.5, elapsed_ms=0.1))
@@ -110,7 +114,7 @@ def _simulate(first: int, count: int, world: int, run_id: str, batches: int, rel
         if now >= next_tick:
             next_tick += period
             for r, box in boxes.items():
-                if left[r] > 0 and r not in done:
+                if left[r] > 0 and r not in done and r not in throttled:
                     steps[r] += 1
                     left[r] -= 1
                     if relay_box is not None:
