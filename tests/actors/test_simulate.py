@@ -399,3 +399,16 @@ def test_no_rank_trains_far_past_its_last_sync_while_a_peer_is_slowed() -> None:
         sim.run()
         worst = max(worst, sim.lead)
     assert 1.0 <= worst <= 2.0
+
+
+def test_a_rank_frozen_right_after_its_join_holds_the_run_back_and_never_hangs_it() -> None:
+    """The outside fault matrix's case (a training thread frozen 15 s from its join, heartbeats going
+    on) hung the real run in 2 of 7 runs.  In the model it never does: 400 runs end, every epoch
+    trained, later than the same seeds unfrozen.  (The real hang's cause is still open: see
+    tests/faults/test_fault_matrix.py, the ``join-hang`` case.)"""
+    for seed in range(200):
+        for world in (3, 4):
+            sim = Simulation(seed, ranks=world, epochs=2, faults=[Fault("hang_after_join", 0.0, 1, duration=15.0)])
+            outcome = sim.run()
+            assert outcome.ended_by == "shutdown" and outcome.epochs == 2, outcome.line()
+            assert outcome.at >= 15.0, outcome.line()  # the freeze struck

@@ -86,6 +86,10 @@ def _inject(self: Simulation, fault: Fault) -> None:
             self.after(RUNTIME_STALENESS, lambda: self._cut_off(rank))
     elif fault.kind == "kill_coordinator":
         self.kill_coordinator()
+    elif fault.kind == "hang_after_join":
+        # Not drawn (explicit faults only): the outside fault matrix's case, a rank's training
+        # thread frozen (ptrace) for ``duration`` from the moment its join is accepted.
+        self.hang_after_join[fault.rank] = fault.duration
     elif fault.kind == "hang" and rank.alive and not rank.blocked:
         # The training thread is stuck in the user's code (a long step, a dead data loader):
         # it serves no message, enters no collective; its heartbeat thread goes on.

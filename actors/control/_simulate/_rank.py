@@ -181,6 +181,10 @@ class SimRank:
             self.state = "joined"
             self.later(1.0, self.beat)
             self.later(1.0, self.tick)
+            frozen = self.sim.hang_after_join.pop(self.rank, None)
+            if frozen is not None:  # the training thread stuck right after its join; heartbeats go on
+                self.block()
+                self.sim.after(frozen, self.unblock)
             return
         self.run(self.protocol.receive(message, self.sim.now))
         self.next_batch()

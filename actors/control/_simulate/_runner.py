@@ -101,6 +101,8 @@ class Simulation:
         self.sunk: list[tuple[float, m.Message]] = []
         self.told_end: set[int] = set()  # incarnations the coordinator told that the run ended  # what the metrics sink got, and when
         self.messages = 0
+        #: Ranks whose training thread freezes this long once their join is accepted (``hang_after_join``).
+        self.hang_after_join: dict[int, float] = {}
         #: The most batches a rank trained past its last sync, in its lead bounds (``SyncCadence.lead_bound``).
         self.lead = 0.0
         # Generous: the slowest rank's share of every epoch, every timeout that may fire, slack (twice
