@@ -250,6 +250,7 @@ class Coordinator(Actor):
         return self._in_run_ids
 
     def _roster_changed(self, r: RankState, was_in: bool) -> None:
+        self.sync.recheck()
         if r.in_run != was_in:
             self._in_run = None
             self._in_run_count += 1 if r.in_run else -1
@@ -350,6 +351,7 @@ class Coordinator(Actor):
         if old is not None and old.in_run:
             old.alive = False  # never: a live incarnation is refused above; kept true to the count
         self.ranks[msg.rank] = r
+        self.sync.recheck()
         r.on_change = self._roster_changed  # counted from here on
         self._roster_changed(r, False)
         self.by_name[r.name] = msg.rank
@@ -616,6 +618,7 @@ class Coordinator(Actor):
                     s.slices.append((start, n))
                     s.extended += n
                     s.ext_sent += 1
+            self.sync.recheck()  # a survivor with a slice to train holds the gate again
         if len(survivors) >= 2 or self.settings.backend == "gloo":
             self._start_rendezvous(ctx)
         self._maybe_sync(ctx)

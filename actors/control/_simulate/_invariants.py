@@ -90,6 +90,16 @@ def _check(self: Simulation) -> None:
     if c.alive() != in_run or c._in_run_count != len(in_run):
         self._fail(f"the coordinator's list of ranks in the run {[r.rank for r in c.alive()]} "
                    f"(count {c._in_run_count}) is not {[r.rank for r in in_run]}")
+    sync = c.sync
+    if not sync.in_progress:
+        # The gate's kept scan (``SyncCadence.unchecked``) against a scan of every rank from scratch.
+        live = [r for r in c.ranks.values() if r.alive and not r.exited]
+        fresh = not any(sync.blocks(r, c.epoch, c.settings.batch_size) for r in live) and \
+            any(r.steps_since_sync > 0 or r.throttled for r in live)
+        kept = sync.gate_open(c.ranks.values(), c.epoch, c.settings.batch_size)
+        if kept != fresh:
+            self._fail(f"the sync gate's kept scan says {'open' if kept else 'closed'}, a scan of every rank "
+                       f"{'open' if fresh else 'closed'} (epoch {c.epoch})")
     limit = self.staleness + self.tick + EXIT_DETECTION[1] + 0.1
     for rank, died in self.died_at.items():
         state = c.ranks.get(rank)
