@@ -204,7 +204,8 @@ def shares(total: int, alive: list[RankState]) -> list[int]:
     speeds = [r.ms_per_batch for r in alive]
     if len(alive) > 1 and all(s is not None and s > 0 for s in speeds):
         weights = [1.0 / s for s in speeds if s]
-        raw = [total * w / sum(weights) for w in weights]
+        whole = sum(weights)  # once: summed in the comprehension it was quadratic in the ranks
+        raw = [total * w / whole for w in weights]
         parts = [int(x) for x in raw]
         for i in sorted(range(len(raw)), key=lambda i: raw[i] - parts[i], reverse=True)[: total - sum(parts)]:
             parts[i] += 1
