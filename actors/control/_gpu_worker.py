@@ -180,6 +180,11 @@ class GpuWorker(Actor):
         # As the Worker does: a coordinator that dies ends this rank (it would wait for plans that never
         # come), a silent one is warned about.
         ctx.watch(self.coordinator)
+        if self.protocol.relay:
+            try:
+                ctx.watch(self.protocol.relay)  # its Down: the rank reports to the coordinator itself
+            except UnknownActor as exc:
+                self._run(ctx, self.protocol.relay_gone(str(exc)))
         ctx.start_timer("coordinator-silence", min(1.0, self.coordinator_timeout / 2), periodic=True)
 
     @handler
@@ -313,10 +318,14 @@ class GpuWorker(Actor):
                     self.collective = True
                 ctx.tell(self.io, request)  # the outcome comes back as a message
             elif isinstance(effect, _rank.Send):
+                target = effect.to or self.coordinator
                 try:
-                    ctx.tell(effect.to or self.coordinator, effect.message)
+                    ctx.tell(target, effect.message)
                 except (ActorDead, UnknownActor) as exc:
-                    self._run(ctx, p.coordinator_gone(str(exc)))
+                    if target == self.coordinator:
+                        self._run(ctx, p.coordinator_gone(str(exc)))
+                    else:  # the relay died: this report, and the rest, go to the coordinator itself
+                        self._run(ctx, [*p.relay_gone(str(exc)), _rank.Send(effect.message)])
             elif isinstance(effect, _rank.Log):
                 getattr(ctx.log, effect.level)(effect.event, **effect.fields)
             elif isinstance(effect, _rank.Ended):

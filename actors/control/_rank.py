@@ -31,7 +31,8 @@ input                      effects
 ``receive(DeclareDead)``    :class:`AbortGroup`
 ``receive(Shutdown...)``    :class:`Ended`
 ``receive(Evicted)``        :class:`Ended` with ``failed`` (``failure`` says why: the rank is out)
-``receive(Down)``           :class:`Ended` with ``failed`` when the coordinator is down
+``receive(Down)``           :class:`Ended` with ``failed`` when the coordinator is down; the relay's:
+                            reports go to the coordinator itself (``relay_gone``)
 ``tick()``                  a :class:`Log` warning after ``coordinator_timeout`` of silence
                             (again at each doubling: a busy coordinator is not a dead one;
                             its death is the runtime's ``Down``); the end of a regrouping
@@ -337,6 +338,8 @@ class RankProtocol:
     def receive(self, msg: Message, now: float) -> list[Effect]:
         """A message from the coordinator (or the runtime's ``Down`` of a watched actor)."""
         if isinstance(msg, Down):
+            if self.relay and msg.name == self.relay:
+                return self.relay_gone(f"down ({msg.reason.value})")
             if msg.name != self.coordinator:
                 return []
             return self._end(Shutdown(), f"coordinator is down ({msg.reason.value})", gone=True)
@@ -433,6 +436,17 @@ class RankProtocol:
             self.failure = f"rank {self.rank}: {why}; its model is not the run's result"
         level = "error" if failed else "warning" if isinstance(message, ShutdownWithSave) else "info"
         return [Log(level, why), Ended(message, why, gone, failed)]
+
+    def relay_gone(self, error: str) -> list[Effect]:
+        """This host's relay is gone (a tell to it failed, or its ``Down``): ``Batch`` and ``Heartbeat``
+        go to the coordinator itself from now on, which takes them from the rank as from any rank
+        without a relay.  What the relay held and had not reported is not counted; the rank's own
+        step count (in its ``SyncAck``) is what the sync accounting uses."""
+        if not self.relay:
+            return []
+        relay, self.relay = self.relay, ""
+        return [Log("warning", "the relay is gone; reporting to the coordinator directly", {"relay": relay,
+                                                                                           "error": error})]
 
     def coordinator_gone(self, error: str) -> list[Effect]:
         """A tell to the coordinator failed: it is gone, and the run is over for this rank."""

@@ -141,6 +141,11 @@ class Worker:
             self.resumed_from = (resume, epoch)
             self.log.warning("resumed from the run's last checkpoint", path=resume, epoch=epoch)
         self.inbox.watch(coordinator)
+        if relay:
+            try:
+                self.inbox.watch(relay)  # its Down: the rank reports to the coordinator itself
+            except UnknownActor as exc:
+                self._run(self.protocol.relay_gone(str(exc)))
         # A rank blocked in a long step or a collective still reports in from a
         # thread of its own, so the coordinator tells slow from dead; the
         # runtime's own heartbeats cover the process.
@@ -152,10 +157,16 @@ class Worker:
 
     def _beat(self, interval: float) -> None:
         while not self._beating.wait(interval):
+            target = self.protocol.reports_to
             try:
-                self._beat_box.tell(self.protocol.reports_to, self.protocol.heartbeat(), timeout=interval)
+                self._beat_box.tell(target, self.protocol.heartbeat(), timeout=interval)
             except Exception:  # the coordinator is gone or the system is closing: the loop will notice
-                return
+                if target == self.coordinator:
+                    return
+                try:  # the relay is gone (the loop switches at its next report): straight to the coordinator
+                    self._beat_box.tell(self.coordinator, self.protocol.heartbeat(), timeout=interval)
+                except Exception:
+                    return
 
     # -- what the protocol knows ---------------------------------------------------------
 
@@ -447,7 +458,12 @@ class Worker:
                 target = effect.to or self.coordinator
                 try:
                     self.inbox.tell(target, effect.message)
-                except (ActorDead, UnknownActor, SystemClosed) as exc:
+                except (ActorDead, UnknownActor) as exc:
+                    if target == self.coordinator:
+                        self._run(p.coordinator_gone(str(exc)))
+                    else:  # the relay died: this report, and the rest, go to the coordinator itself
+                        self._run([*p.relay_gone(str(exc)), _rank.Send(effect.message)])
+                except SystemClosed as exc:
                     self._run(p.coordinator_gone(str(exc)))
                 else:
                     if isinstance(p, RecordedProtocol):

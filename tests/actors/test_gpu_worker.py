@@ -210,3 +210,12 @@ def test_the_optimizer_a_subclass_names_has_its_state_averaged_with_the_paramete
     w.optimizer = lambda: w.opt  # type: ignore[method-assign]
     h.deliver(m.SyncNow(cycle=3), sender="coordinator")
     assert sizes == [4, params + 2, params]  # and the momentum, by the same weights
+
+
+def test_an_actor_worker_whose_relay_is_gone_reports_to_the_coordinator_itself() -> None:
+    """A tell to the relay that failed was taken for the coordinator's death: the rank stopped."""
+    h = _joined_worker(relay="relay/h0")  # not among the harness's peers: telling it fails
+    h.deliver(m.StartEpoch(epoch=0, partition_offset=0, partition_size=250), sender="coordinator")
+    out = [(s.target, type(s.message).__name__) for s in h.deliver(m.Throttle(), sender="worker/0")]
+    assert ("coordinator", "Batch") in out and not h.ctx.stopped
+    assert h.actor.protocol.relay == ""

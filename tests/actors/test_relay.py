@@ -151,3 +151,40 @@ def test_a_rank_with_a_relay_names_it_in_its_join_and_sends_its_batches_there() 
     effects = p.batch_done(1.0, 10.0, 0.5)
     assert [(type(e.message), e.to) for e in effects if isinstance(e, Send)] == [(m.Batch, "relay/a")]
     assert RankProtocol(0, 1).reports_to == "coordinator"
+
+
+def test_a_rank_whose_relay_is_gone_reports_to_the_coordinator_itself() -> None:
+    """A relay's death ended every rank behind it: a tell to the relay that failed was taken for the
+    coordinator's death (the rank left the run, its batches and heartbeats lost with the relay)."""
+    p = RankProtocol(0, 1, relay="relay/a")
+    p.join_reply(m.JoinAccepted(rank=0, world_size=1), now=0.0)
+    assert p.receive(m.Down(name="somebody/else", reason=m.DownReason.EXITED), now=0.5) == []
+    effects = p.receive(m.Down(name="relay/a", reason=m.DownReason.DEAD), now=1.0)
+    assert [type(e).__name__ for e in effects] == ["Log"] and p.ended is None and p.failure is None
+    assert p.reports_to == "coordinator" and p.relay == ""
+    sends = [e for e in p.batch_done(2.0, 10.0, 0.5) if isinstance(e, Send)]
+    assert [(type(e.message), e.to) for e in sends] == [(m.Batch, "")]  # "" is the coordinator
+    assert p.relay_gone("again") == []  # said once
+
+
+def test_a_worker_whose_relay_stops_mid_run_trains_every_epoch(system) -> None:  # type: ignore[no-untyped-def]
+    """The real runtime: the relay actor stops after the first epoch; the rank's next report to it
+    fails, it reports to the coordinator itself, and the run ends cleanly."""
+    from actorwire.actors.control._coordinator import Coordinator
+    from actorwire.actors.control._relay import Relay
+    from actorwire.actors.control._worker import Worker
+
+    system.spawn(Coordinator(world_size=1, run_id=system.run_id, num_epochs=3, dataset_size=32, batch_size=4,
+                             sync_every=2, eval_every=0, final_eval=False), "coordinator")
+    system.spawn(Relay(interval=0.05), "relay/h0")
+    worker = Worker(system=system, rank=0, world_size=1, model_signature="s", join_timeout=10, relay="relay/h0")
+    epochs = []
+    while (plan := worker.next_plan(timeout=20)) is not None:
+        for _ in worker.batches(plan, 4):
+            worker.report_timing(batch_ms=1.0, batch_loss=0.5)
+        worker.report_epoch(plan)
+        epochs.append(plan.epoch)
+        if plan.epoch == 0:
+            system.stop("relay/h0")
+    worker.finish()
+    assert epochs == [0, 1, 2] and worker.protocol.relay == ""
