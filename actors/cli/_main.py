@@ -60,7 +60,7 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
         seeds = range(args.seeds)
     started = time.monotonic()
     outcomes, broken = _simulate.run_seeds(seeds, args.ranks, progress=lambda line: print(line, file=sys.stderr),
-                                           restarts=args.restarts, torchrun=args.torchrun)
+                                           restarts=args.restarts, torchrun=args.torchrun, relays=args.relays)
     if args.seed is not None:
         for outcome in outcomes:
             print(outcome.line())
@@ -226,6 +226,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "(the coordinator waits and the ranks resume from the last checkpoint)")
     p.add_argument("--restarts", action="store_true",
                    help="also restart a killed rank as its launcher would (it rejoins the run)")
+    p.add_argument("--relays", action="store_true",
+                   help="also give every two ranks a host relay for their Batch and Heartbeat; a relay may be killed")
     p.add_argument("--verbose", action="store_true", help="show the coordinator's log (with --seed)")
     p.set_defaults(func=_cmd_simulate)
 

@@ -125,11 +125,21 @@ def _settings(config: dict[str, Any]) -> CoordinatorConfig:
         raise InvalidArgument(f"Coordinator: {exc}") from None
 
 
-def _count_batch(r: RankState, cost: float) -> None:
-    r.steps_since_sync += 1
-    r.total_steps += 1
-    r.epoch_steps += 1
-    r.ms_per_batch = cost if r.ms_per_batch is None else (1 - EWMA) * r.ms_per_batch + EWMA * cost
+def _count_batch(r: RankState, cost: float | None, step_count: int = 0) -> None:
+    """A report that ``r`` trained batches: up to its own ``step_count`` (what it counted since it
+    joined), or one where it says none (0).  Counted by the rank's count, a batch a relay reports
+    after the rank's ``MetricsMsg`` or ``SyncAck`` said more is not counted twice, and one the relay
+    still holds is counted when those say so: counted one per report, with relays the coordinator
+    closed epochs and ended runs before a sync covered the ranks' last batches (the simulator with
+    relays: ranks finished with different parameters in 252 of 500 seeds)."""
+    new = 1 if step_count <= 0 else step_count - r.total_steps
+    if new <= 0:
+        return
+    r.steps_since_sync += new
+    r.total_steps += new
+    r.epoch_steps += new
+    if cost is not None:
+        r.ms_per_batch = cost if r.ms_per_batch is None else (1 - EWMA) * r.ms_per_batch + EWMA * cost
 
 
 @register_replayable
@@ -819,7 +829,7 @@ class Coordinator(Actor):
         r = self._from_rank(ctx, msg.rank)
         if r is None or not r.alive:
             return
-        _count_batch(r, msg.batch_ms + msg.data_ms)
+        _count_batch(r, msg.batch_ms + msg.data_ms, msg.step_count)
         self._maybe_sync(ctx)
         self._throttle(ctx, r)
 
@@ -846,7 +856,7 @@ class Coordinator(Actor):
             r.last_seen = now
             r.silence_warned = 1
             if batches and r.alive:
-                _count_batch(r, msg.batch_ms[i] + msg.data_ms[i])
+                _count_batch(r, msg.batch_ms[i] + msg.data_ms[i], msg.step_counts[i])
                 counted.append(r)
         for rank in msg.beats:
             r = ranks.get(rank)
@@ -974,6 +984,8 @@ class Coordinator(Actor):
         r = self._from_rank(ctx, msg.rank)
         if r is None or not r.alive:
             return  # a dead rank's late ack finished a sync with nobody left (simulator)
+        if msg.step_count and Batch in self._taken:
+            _count_batch(r, None, msg.step_count)  # what it trained before its ack, a relay may still hold
         if msg.cycle and msg.cycle != self.sync.cycle:
             # A reduce that completed after a new group made its cycle start again: not an answer to
             # the cycle in progress, but what it says still holds (the rank's work up to it is in).
@@ -1012,6 +1024,8 @@ class Coordinator(Actor):
         r = self._from_rank(ctx, msg.rank)
         if r is None:
             return
+        if msg.step_count and r.alive:
+            _count_batch(r, None, msg.step_count)  # its last batches, a relay may still hold
         per_epoch = self.metrics.setdefault(msg.epoch, {})
         previous = per_epoch.get(msg.rank)
         per_epoch[msg.rank] = msg if previous is None else add_metrics(previous, msg)

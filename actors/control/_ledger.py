@@ -188,6 +188,7 @@ def add_metrics(a: MetricsMsg, b: MetricsMsg) -> MetricsMsg:
         data_starve_ms=a.data_starve_ms + b.data_starve_ms,
         scalars=scalars,
         extensions=a.extensions + b.extensions,
+        step_count=max(a.step_count, b.step_count),
     )
 
 

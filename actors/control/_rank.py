@@ -595,7 +595,7 @@ class RankProtocol:
             share_complete_ms=max(0.0, (self._last_batch_end - plan.started) * 1000),
             compute_only_ms=self._compute_ms, data_starve_ms=self._data_ms,
             scalars={k: ScalarSum(sum=v[0], count=int(v[1])) for k, v in self._scalars.items()},
-            extensions=covered)
+            extensions=covered, step_count=self.steps)
         self._scalars = {}
         self.current = None
         return [Send(metrics)]

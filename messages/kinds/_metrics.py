@@ -40,6 +40,9 @@ class MetricsMsg(Message, frozen=True, tag="metrics"):
     #: How many ``ExtendPartition`` slices this report covers (the coordinator
     #: waits for every slice it handed out before aggregating the epoch).
     extensions: Count = 0
+    #: The rank's step count (its batches since it joined) when it reported; 0: not said.  The
+    #: coordinator counts the batches up to it that a relay has not reported yet.
+    step_count: Count = 0
 
 
 class EpochMetrics(Message, frozen=True, tag="epoch_metrics"):

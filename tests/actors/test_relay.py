@@ -94,7 +94,8 @@ def coordinator(relays: dict[int, str]) -> ActorHarness:
 
 def report(*ranks: int, beats: tuple[int, ...] = ()) -> m.RelayReport:
     n = len(ranks)
-    return m.RelayReport(ranks=list(ranks), batch_ms=[10.0] * n, data_ms=[0.0] * n, step_counts=[1] * n,
+    # step count 0: "not said", each entry one batch (the counting by step count has its own test)
+    return m.RelayReport(ranks=list(ranks), batch_ms=[10.0] * n, data_ms=[0.0] * n, step_counts=[0] * n,
                          losses=[0.5] * n, beats=list(beats))
 
 
@@ -188,3 +189,23 @@ def test_a_worker_whose_relay_stops_mid_run_trains_every_epoch(system) -> None: 
             system.stop("relay/h0")
     worker.finish()
     assert epochs == [0, 1, 2] and worker.protocol.relay == ""
+
+
+def test_batches_a_relay_still_holds_are_counted_when_the_ranks_metrics_say_so_and_never_twice() -> None:
+    """Counted one per report, a relay's batches came after the rank's MetricsMsg (straight to the
+    coordinator): the epoch was closed and the run ended before a sync covered them, and the ranks
+    finished with different parameters (the simulator with relays, 252 of 500 seeds)."""
+    h = coordinator({0: "relay/a", 1: "relay/a"})
+    h.advance(2.0)
+    ranks = h.actor.ranks
+    h.deliver(m.RelayReport(ranks=[0, 0], batch_ms=[10.0] * 2, data_ms=[0.0] * 2, step_counts=[1, 2], losses=[0.5] * 2,
+                            beats=[]), sender="relay/a")
+    assert ranks[0].total_steps == 2
+    h.deliver(m.MetricsMsg(rank=0, epoch=0, avg_loss=0.5, batches_processed=5, epoch_ms=50.0, samples_processed=5,
+                           step_count=5), sender="worker/0")
+    assert ranks[0].total_steps == 5 and ranks[0].steps_since_sync == 5  # 3 the relay still holds
+    h.deliver(m.RelayReport(ranks=[0, 0, 0], batch_ms=[10.0] * 3, data_ms=[0.0] * 3, step_counts=[3, 4, 5],
+                            losses=[0.5] * 3, beats=[]), sender="relay/a")
+    assert ranks[0].total_steps == 5  # not twice
+    h.deliver(m.Batch(rank=0, batch_ms=10.0, step_count=6, batch_loss=0.5), sender="worker/0")
+    assert ranks[0].total_steps == 6

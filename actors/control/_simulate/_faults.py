@@ -86,6 +86,8 @@ def _inject(self: Simulation, fault: Fault) -> None:
             self.after(RUNTIME_STALENESS, lambda: self._cut_off(rank))
     elif fault.kind == "kill_coordinator":
         self.kill_coordinator()
+    elif fault.kind == "kill_relay":  # ``rank`` names the host
+        self.relays[f"relay/h{fault.rank}"].kill()
     elif fault.kind == "hang_after_join":
         # Not drawn (explicit faults only): the outside fault matrix's case, a rank's training
         # thread frozen (ptrace) for ``duration`` from the moment its join is accepted.

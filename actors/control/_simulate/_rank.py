@@ -13,6 +13,7 @@ from actorwire import messages as m
 from actorwire.actors import _names
 from actorwire.actors.control import _rank
 from actorwire.actors.control._rank import Effect, RankProtocol
+from actorwire.actors.control._simulate import _relays
 from actorwire.actors.control._simulate._model import COORD, FORMATION_TIMEOUT, SESSION_WAIT, SimModel
 
 if TYPE_CHECKING:
@@ -44,7 +45,7 @@ class SimRank:
         self.name = _names.worker(rank)
         self.batch_s = batch_s
         self.protocol = RankProtocol(rank, sim.world, coordinator=COORD, coordinator_timeout=30.0,
-                                     regroup_wait=SESSION_WAIT)
+                                     regroup_wait=SESSION_WAIT, relay=sim.relay_of(rank))
         self.state = "starting"  # starting, joining, joined, exited, dead
         self.paused_until = 0.0
         self.declared_down = False
@@ -77,6 +78,8 @@ class SimRank:
 
     def send(self, message: m.Message, *, corr: int = 0, sender: str | None = None) -> None:
         if self.alive and self.sim.now >= self.paused_until:
+            if self.sim.relays and _relays.route(self.sim, self, message):
+                return
             self.sim.to_coordinator(self, message, sender=sender or self.name, corr=corr)
 
     def later(self, delay: float, action: Callable[[], None]) -> None:

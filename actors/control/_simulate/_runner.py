@@ -24,6 +24,7 @@ from actorwire.actors.control._simulate._model import (
     SimModel,
 )
 from actorwire.actors.control._simulate._rank import SimRank, _Group
+from actorwire.actors.control._simulate._relays import SimRelay
 from actorwire.actors.runtime._testkit import ActorHarness
 
 
@@ -32,7 +33,7 @@ class Simulation:
 
     def __init__(self, seed: int, *, ranks: int | None = None, faults: list[Fault] | None = None,
                  epochs: int | None = None, dataset: int | None = None, restarts: bool = False,
-                 backend: str | None = None, torchrun: bool = False) -> None:
+                 backend: str | None = None, torchrun: bool = False, relays: bool = False) -> None:
         self.seed = seed
         rng = self.rng = random.Random(seed)
         self.world = ranks or rng.randint(1, 6)
@@ -69,6 +70,11 @@ class Simulation:
         self.trained_origin: frozenset[int] | None = None  # the one initial model every rank trains from
         self.reduced_steps = 0  # the steps the last completed reduce's model holds
         self.last_batch_at = 0.0
+        # Two ranks a host, each host's Batch and Heartbeat through its relay (``_relays.py``).
+        self.hosts = (self.world + 1) // 2 if relays else 0
+        self.relays: dict[str, SimRelay] = {}
+        for host in range(self.hosts):
+            self.relays[f"relay/h{host}"] = SimRelay(self, f"relay/h{host}")
         self.ranks = [SimRank(self, r, rng.uniform(0.002, 0.02)) for r in range(self.world)]
         self.incarnations = list(self.ranks)  # every process a rank ran as, restarts included
         self.faults = faults if faults is not None else self._schedule()
@@ -82,6 +88,11 @@ class Simulation:
             agent = random.Random(f"torchrun-{seed}")
             self.faults.append(Fault("group_restart", agent.uniform(0.5, 6.0), agent.randrange(self.world),
                                      duration=agent.uniform(0.5, 4.0)))
+        if relays and faults is None:
+            # Their own stream: a seed's other faults are the same with and without relays.
+            relay_faults = random.Random(f"relay-faults-{seed}")
+            if relay_faults.random() < 0.3:
+                self.faults.append(Fault("kill_relay", relay_faults.uniform(0.0, 6.0), relay_faults.randrange(self.hosts)))
         if faults is None:
             more = random.Random(f"more-faults-{seed}")
             if more.random() < 0.2:
@@ -145,6 +156,10 @@ class Simulation:
 
     # What a run does, by concern, in the modules beside this one: each function takes the
     # simulation as ``self`` and is bound here, so they read and are typed as methods.
+    def relay_of(self, rank: int) -> str:
+        """The relay of ``rank``'s host, or "" (no relays)."""
+        return f"relay/h{rank // 2}" if self.hosts else ""
+
     # faults
     _schedule = _faults._schedule
     _inject = _faults._inject
@@ -179,31 +194,34 @@ class Simulation:
     _check_end = _invariants._check_end
 
 
-def simulate(seed: int, ranks: int | None = None, *, restarts: bool = False, torchrun: bool = False) -> Outcome:
+def simulate(seed: int, ranks: int | None = None, *, restarts: bool = False, torchrun: bool = False,
+             relays: bool = False) -> Outcome:
     """Run one seed; raises :class:`InvariantBroken` naming the rule, the time and the faults."""
-    return Simulation(seed, ranks=ranks, restarts=restarts, torchrun=torchrun).run()
+    return Simulation(seed, ranks=ranks, restarts=restarts, torchrun=torchrun, relays=relays).run()
 
 
 def run_seeds(seeds: range, ranks: int | None = None, *, progress: Callable[[str], None] | None = None,
-              every: int = 1000, restarts: bool = False,
-              torchrun: bool = False) -> tuple[list[Outcome], list[str]]:
+              every: int = 1000, restarts: bool = False, torchrun: bool = False,
+              relays: bool = False) -> tuple[list[Outcome], list[str]]:
     """Run ``seeds``; the outcomes and, for each broken invariant, its text and the command that
     replays it."""
     outcomes: list[Outcome] = []
     broken: list[str] = []
     for done, seed in enumerate(seeds, 1):
         try:
-            outcomes.append(simulate(seed, ranks, restarts=restarts, torchrun=torchrun))
+            outcomes.append(simulate(seed, ranks, restarts=restarts, torchrun=torchrun, relays=relays))
         except InvariantBroken as exc:
-            broken.append(f"{exc}\n  replay: {replay_command(seed, ranks, restarts, torchrun)}")
+            broken.append(f"{exc}\n  replay: {replay_command(seed, ranks, restarts, torchrun, relays)}")
         except Exception as exc:  # a handler that raised is a broken rule too
             broken.append(f"seed {seed}: the coordinator raised {type(exc).__name__}: {exc}\n"
-                          f"  replay: {replay_command(seed, ranks, restarts, torchrun)}")
+                          f"  replay: {replay_command(seed, ranks, restarts, torchrun, relays)}")
         if progress is not None and done % every == 0:
             progress(f"{done}/{len(seeds)} seeds, {len(broken)} broken")
     return outcomes, broken
 
 
-def replay_command(seed: int, ranks: int | None = None, restarts: bool = False, torchrun: bool = False) -> str:
+def replay_command(seed: int, ranks: int | None = None, restarts: bool = False, torchrun: bool = False,
+                   relays: bool = False) -> str:
     return (f"actorwire simulate --seed {seed}" + (f" --ranks {ranks}" if ranks else "")
-            + (" --restarts" if restarts else "") + (" --torchrun" if torchrun else ""))
+            + (" --restarts" if restarts else "") + (" --torchrun" if torchrun else "")
+            + (" --relays" if relays else ""))

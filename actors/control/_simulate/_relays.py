@@ -1,0 +1,88 @@
+"""Per-host relays in simulated time (``Simulation(relays=True)``, ``actorwire simulate --relays``).
+
+Each relay folds the ``Batch`` and ``Heartbeat`` of its host's ranks into one ``RelayReport`` per
+interval, with the real :class:`~actorwire.actors.control._relay.RelayBuffer`, and the coordinator
+takes the report as it takes a real relay's (from the relay its ranks named at their join).  A
+relay's death (``kill_relay``) loses what it held; its ranks learn it from the runtime (``Down``)
+after the launcher's exit detection, and a report sent to it before that is lost, as a tell to a
+process that died is.  From then on the real rank protocol (``relay_gone``) sends to the
+coordinator itself.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from actorwire import messages as m
+from actorwire.actors.control._relay import RelayBuffer
+from actorwire.actors.control._simulate._model import COORD, EXIT_DETECTION
+
+if TYPE_CHECKING:
+    from actorwire.actors.control._simulate._rank import SimRank
+    from actorwire.actors.control._simulate._runner import Simulation
+
+#: How often a relay reports (the real relay's default).
+RELAY_INTERVAL = 0.1
+
+
+class SimRelay:
+    """One host's relay."""
+
+    def __init__(self, sim: Simulation, name: str) -> None:
+        self.sim = sim
+        self.name = name
+        self.buffer = RelayBuffer()
+        self.died_at: float | None = None
+        sim.after(RELAY_INTERVAL, self.flush)
+
+    def known_dead(self) -> bool:
+        """The runtime knows it died: a tell to it fails (the rank reports to the coordinator itself)."""
+        return self.died_at is not None and self.sim.now >= self.died_at + EXIT_DETECTION[1]
+
+    def take(self, message: m.Message) -> None:
+        if self.died_at is not None:
+            return  # sent before the rank knew: lost with the process
+        if isinstance(message, m.Batch):
+            self.buffer.batch(message.rank, message.batch_ms, message.step_count, message.batch_loss, message.data_ms)
+        elif isinstance(message, m.Heartbeat):
+            self.buffer.beat(message.rank)
+
+    def flush(self) -> None:
+        sim = self.sim
+        if self.died_at is not None or sim.harness.ctx.stopped or sim.coordinator_died is not None:
+            return
+        report = self.buffer.take()
+        if report is not None:
+            sim.messages += 1
+            when = sim._delay((self.name, COORD), -1)
+            sim.at(when, lambda: sim._coordinator(lambda: sim.harness.deliver(report, sender=self.name)))
+        sim.after(RELAY_INTERVAL, self.flush)
+
+    def kill(self) -> None:
+        """Its process dies: what it held is lost; its ranks are told ``Down`` once the runtime knows."""
+        if self.died_at is not None:
+            return
+        self.died_at = self.sim.now
+        self.buffer = RelayBuffer()
+        self.sim.after(EXIT_DETECTION[1], self._tell_down)
+
+    def _tell_down(self) -> None:
+        down = m.Down(name=self.name, reason=m.DownReason.DEAD, detail="status -9")
+        for rank in self.sim.incarnations:
+            if rank.alive and rank.protocol.relay == self.name:
+                rank.receive(down)
+
+
+def route(sim: Simulation, rank: SimRank, message: m.Message) -> bool:
+    """Send a rank's ``Batch`` or ``Heartbeat`` through its relay; False when it goes to the coordinator."""
+    if not isinstance(message, (m.Batch, m.Heartbeat)) or not rank.protocol.relay:
+        return False
+    if sim.now < sim.partitioned.get(rank.rank, 0.0):
+        return False  # a cut host: its relay is cut too (the link to the coordinator holds it)
+    relay = sim.relays[rank.protocol.relay]
+    if relay.known_dead():
+        # The real Worker's tell fails: it says so, and this report and the rest go straight.
+        rank.run(rank.protocol.relay_gone(f"actor {relay.name!r} is dead"))
+        return False
+    sim.after(sim.rng.uniform(0.0001, 0.001), lambda: relay.take(message))
+    return True
