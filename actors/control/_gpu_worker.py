@@ -318,14 +318,10 @@ class GpuWorker(Actor):
                     self.collective = True
                 ctx.tell(self.io, request)  # the outcome comes back as a message
             elif isinstance(effect, _rank.Send):
-                target = effect.to or self.coordinator
                 try:
-                    ctx.tell(target, effect.message)
+                    ctx.tell(effect.to or self.coordinator, effect.message)
                 except (ActorDead, UnknownActor) as exc:
-                    if target == self.coordinator:
-                        self._run(ctx, p.coordinator_gone(str(exc)))
-                    else:  # the relay died: this report, and the rest, go to the coordinator itself
-                        self._run(ctx, [*p.relay_gone(str(exc)), _rank.Send(effect.message)])
+                    self._run(ctx, p.send_failed(effect.to, effect.message, str(exc)))
             elif isinstance(effect, _rank.Log):
                 getattr(ctx.log, effect.level)(effect.event, **effect.fields)
             elif isinstance(effect, _rank.Ended):

@@ -448,6 +448,14 @@ class RankProtocol:
         return [Log("warning", "the relay is gone; reporting to the coordinator directly", {"relay": relay,
                                                                                            "error": error})]
 
+    def send_failed(self, to: str, message: Message, error: str) -> list[Effect]:
+        """A :class:`Send` to ``to`` ("" : the coordinator) failed, its target gone: the coordinator's
+        loss ends the run for this rank; the relay's sends ``message``, and the rest, to the
+        coordinator itself (``relay_gone``)."""
+        if not to or to == self.coordinator:
+            return self.coordinator_gone(error)
+        return [*self.relay_gone(error), Send(message)]
+
     def coordinator_gone(self, error: str) -> list[Effect]:
         """A tell to the coordinator failed: it is gone, and the run is over for this rank."""
         return self._end(Shutdown(), f"coordinator is gone ({error})", gone=True)

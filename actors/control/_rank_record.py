@@ -35,7 +35,7 @@ from actorwire.transport.recording import Call, Clock, Effect, In, LogHeader, Ou
 PROTOCOL_CLASS = f"{RankProtocol.__module__}:{RankProtocol.__qualname__}"
 
 #: The calls that change the protocol (``receive`` is logged as an ``In``).
-RECORDED = ("join_reply", "receive", "tick", "coordinator_gone", "relay_gone", "sync_done", "group_formed", "group_id_made",
+RECORDED = ("join_reply", "receive", "tick", "coordinator_gone", "relay_gone", "send_failed", "sync_done", "group_formed", "group_id_made",
             "evaluated", "checkpointed", "epoch_fn_done", "start_plan", "take", "batch_done", "record_scalar",
             "report_epoch", "intent", "exiting")
 

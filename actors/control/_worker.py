@@ -459,10 +459,7 @@ class Worker:
                 try:
                     self.inbox.tell(target, effect.message)
                 except (ActorDead, UnknownActor) as exc:
-                    if target == self.coordinator:
-                        self._run(p.coordinator_gone(str(exc)))
-                    else:  # the relay died: this report, and the rest, go to the coordinator itself
-                        self._run([*p.relay_gone(str(exc)), _rank.Send(effect.message)])
+                    self._run(p.send_failed(effect.to, effect.message, str(exc)))
                 except SystemClosed as exc:
                     self._run(p.coordinator_gone(str(exc)))
                 else:

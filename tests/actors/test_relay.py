@@ -209,3 +209,13 @@ def test_batches_a_relay_still_holds_are_counted_when_the_ranks_metrics_say_so_a
     assert ranks[0].total_steps == 5  # not twice
     h.deliver(m.Batch(rank=0, batch_ms=10.0, step_count=6, batch_loss=0.5), sender="worker/0")
     assert ranks[0].total_steps == 6
+
+
+def test_a_failed_send_ends_the_run_only_when_it_was_to_the_coordinator() -> None:
+    p = RankProtocol(0, 1, relay="relay/a")
+    p.join_reply(m.JoinAccepted(rank=0, world_size=1), now=0.0)
+    batch = m.Batch(rank=0, batch_ms=1.0, step_count=1, batch_loss=0.5)
+    effects = p.send_failed("relay/a", batch, "actor 'relay/a' is exited")
+    assert [e for e in effects if isinstance(e, Send)] == [Send(batch)] and p.ended is None
+    p.send_failed("", batch, "actor 'coordinator' is dead")
+    assert p.failure is not None and "coordinator is gone" in p.failure
