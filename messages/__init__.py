@@ -45,6 +45,7 @@ from .kinds._control import (
     Evicted,
     ExecuteEval,
     ExtendPartition,
+    Fanout,
     GroupFormed,
     GroupIdMade,
     GroupJoined,
@@ -140,7 +141,7 @@ __all__ = [
     # timing and metrics
     "Batch", "SyncAck", "Exiting", "LrUpdate", "Intent", "Heartbeat",
     "EvalResult", "CheckpointResult", "NewNcclIdGenerated", "EpochFnElapsed",
-    "JoinRequest", "SessionFailed", "RelayReport", "MetricsMsg", "EpochMetrics", "ScalarSum", "ResourceUsage",
+    "JoinRequest", "SessionFailed", "RelayReport", "Fanout", "MetricsMsg", "EpochMetrics", "ScalarSum", "ResourceUsage",
     # weights
     "BeginSync", "PublishGroup", "FreeGroup", "GroupsFreed", "EndSync", "SyncFailed", "HeldNames",
     "ReserveServeBuffer", "ServeBufferReserved", "PullRequest", "PullReply",

@@ -16,7 +16,7 @@ def _members(union: object) -> tuple[type[Message], ...]:
 
 #: Families in the order the docs list them.
 FAMILIES: dict[str, tuple[type[Message], ...]] = {
-    "control": _members(_control.ControlMsg),
+    "control": (*_members(_control.ControlMsg), _control.Fanout),
     "timing": _members(_timing.TimingMsg),
     "metrics": (_metrics.MetricsMsg, _metrics.EpochMetrics),
     "weights": _members(_weights.WeightMsg),

@@ -22,7 +22,7 @@ PUBLIC = {
         "MalformedMessage", "Message", "MessageTooLarge", "MetricsMsg", "NewNcclIdGenerated", "NewNcclSession",
         "PROTOCOL_VERSION", "PeerError", "Plane", "ProtocolVersionMismatch", "PublishGroup", "PullReply",
         "PullRequest", "RankExited", "Record", "RequestNewNcclId", "ReserveServeBuffer", "ResourceUsage", "SaveReason",
-        "RelayReport", "ScalarSum", "ServeBufferReserved", "SessionFailed", "SetEpochCallbackRole", "SetGlobalStep",
+        "RelayReport", "Fanout", "ScalarSum", "ServeBufferReserved", "SessionFailed", "SetEpochCallbackRole", "SetGlobalStep",
         "Shutdown", "ShutdownWithSave", "StartEpoch", "SyncAck", "SyncFailed", "SyncNow", "TensorRef",
         "Throttle", "TimerFired", "TimingMsg", "UnknownMessage", "UsageError", "WeightMsg", "decode",
         "decode_message", "describe", "encode", "encode_message", "example", "json_schema", "message_type",

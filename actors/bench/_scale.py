@@ -56,8 +56,10 @@ def _simulate(first: int, count: int, world: int, run_id: str, batches: int, rel
     """Child: ranks ``first .. first+count-1`` as inboxes driven by one loop; prints JSON events.
 
     With ``relay`` the process is one host with its relay: the ranks name ``relay/<first>`` in
-    their join, and their batches and heartbeats reach the coordinator as one ``RelayReport`` per
-    tick (the loop fills the relay's buffer, as a relay actor fills it from its ranks' tells).
+    their join, their batches, heartbeats, sync acks and epoch reports reach the coordinator as one
+    ``RelayReport`` per pass of the loop (the loop fills the relay's buffer, as a relay actor fills
+    it from its ranks' tells), and the coordinator's ``Fanout`` to the relay's inbox is told to the
+    ranks, in order.
     """
     from actorwire.actors.control._relay import RelayBuffer
     from actorwire.actors.runtime._launch import attach
@@ -87,30 +89,53 @@ def _simulate(first: int, count: int, world: int, run_id: str, batches: int, rel
     period, next_tick, next_beat = 1.0 / RATE_HZ, time.monotonic(), time.monotonic()
     sent = 0
     started = time.monotonic()
+
+    def to_coordinator(r: int, msg: m.Message) -> None:
+        """A SyncAck or MetricsMsg: through the relay (reported once this pass is done), or straight."""
+        if relay_box is None:
+            boxes[r].tell("coordinator", msg)
+        elif isinstance(msg, m.SyncAck):
+            buffer.ack(msg)
+        elif isinstance(msg, m.MetricsMsg):
+            buffer.report(msg)
+
+    def told(r: int, msg: m.Message) -> None:
+        """What the coordinator told rank ``r`` (straight, or through the relay), as a real rank takes it."""
+        box = boxes[r]
+        if isinstance(msg, m.StartEpoch):
+            epoch[r], left[r], slices[r] = msg.epoch, msg.partition_size, 0  # one sample per batch
+            began[r] = time.monotonic()
+        elif isinstance(msg, m.ExtendPartition):
+            left[r] += msg.partition_size
+            slices[r] += 1
+        elif isinstance(msg, m.SyncNow):
+            throttled.discard(r)
+            to_coordinator(r, m.SyncAck(rank=r, step_count=steps[r], cycle=msg.cycle))
+        elif isinstance(msg, m.Throttle):
+            throttled.add(r)
+        elif isinstance(msg, m.ExecuteEval):
+            box.tell("coordinator", m.EvalResult(rank=r, schedule_id=msg.schedule_id, epoch=msg.epoch,
+                                                 metric=0.5, elapsed_ms=0.1))
+        elif isinstance(msg, m.RequestNewNcclId):
+            box.tell("coordinator", m.NewNcclIdGenerated(rank=r, uid=b"sim", attempt=msg.attempt))
+        elif isinstance(msg, (m.Shutdown, m.ShutdownWithSave)):
+            box.tell("coordinator", m.Exiting(rank=r))
+            done.add(r)
+
+    seq = {r: 0 for r in boxes}
     while len(done) < len(boxes):
         now = time.monotonic()
+        if relay_box is not None:  # the coordinator tells this host's ranks through its relay
+            for got in relay_box.drain():
+                if isinstance(got.message, m.Fanout):
+                    fan = got.message
+                    one = len(fan.messages) == 1
+                    for i, r in enumerate(fan.ranks):
+                        if r in boxes:
+                            told(r, fan.messages[0 if one else i])
         for r, box in boxes.items():
             for got in box.drain():
-                msg = got.message
-                if isinstance(msg, m.StartEpoch):
-                    epoch[r], left[r], slices[r] = msg.epoch, msg.partition_size, 0  # one sample per batch
-                    began[r] = now
-                elif isinstance(msg, m.ExtendPartition):
-                    left[r] += msg.partition_size
-                    slices[r] += 1
-                elif isinstance(msg, m.SyncNow):
-                    throttled.discard(r)
-                    box.tell("coordinator", m.SyncAck(rank=r, step_count=steps[r]))
-                elif isinstance(msg, m.Throttle):
-                    throttled.add(r)
-                elif isinstance(msg, m.ExecuteEval):
-                    box.tell("coordinator", m.EvalResult(rank=r, schedule_id=msg.schedule_id, epoch=msg.epoch,
-                                                         metric=0.5, elapsed_ms=0.1))
-                elif isinstance(msg, m.RequestNewNcclId):
-                    box.tell("coordinator", m.NewNcclIdGenerated(rank=r, uid=b"sim", attempt=msg.attempt))
-                elif isinstance(msg, (m.Shutdown, m.ShutdownWithSave)):
-                    box.tell("coordinator", m.Exiting(rank=r))
-                    done.add(r)
+                told(r, got.message)
         if now >= next_tick:
             next_tick += period
             for r, box in boxes.items():
@@ -124,11 +149,12 @@ def _simulate(first: int, count: int, world: int, run_id: str, batches: int, rel
                                                         batch_loss=1.0))
                     sent += 1
                     if left[r] == 0:
-                        box.tell("coordinator", m.MetricsMsg(rank=r, epoch=epoch[r], avg_loss=1.0,
-                                                             batches_processed=steps[r],
-                                                             epoch_ms=(time.monotonic() - began[r]) * 1000,
-                                                             samples_processed=steps[r],
-                                                             extensions=slices[r]))
+                        seq[r] += 1
+                        to_coordinator(r, m.MetricsMsg(rank=r, epoch=epoch[r], avg_loss=1.0,
+                                                       batches_processed=steps[r],
+                                                       epoch_ms=(time.monotonic() - began[r]) * 1000,
+                                                       samples_processed=steps[r], extensions=slices[r],
+                                                       step_count=steps[r], seq=seq[r]))
                         last_metrics[epoch[r]] = time.monotonic()
         if now >= next_beat:
             next_beat += 1.0

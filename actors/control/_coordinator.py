@@ -18,6 +18,7 @@ import dataclasses
 import functools
 import json
 import pathlib
+import typing
 from collections.abc import Callable
 from typing import Any
 
@@ -61,6 +62,7 @@ from actorwire.messages import (
     ExecuteEval,
     Exiting,
     ExtendPartition,
+    Fanout,
     GroupFormed,
     Heartbeat,
     Intent,
@@ -91,8 +93,12 @@ from actorwire.messages import (
     TimerFired,
     WriteMeta,
 )
+from actorwire.messages.kinds._control import ToRank
 from actorwire.transport import ActorDead, UnknownActor
 from actorwire.transport.internal import InvalidArgument
+
+#: What a rank behind a relay is told through it (``Fanout.messages``).
+_FANNED = frozenset(typing.get_args(ToRank))
 
 _CASCADE_S = 5.0  # every rank lost within this long: a launcher stopped them, not deaths of their own
 
@@ -196,6 +202,13 @@ class Coordinator(Actor):
         self.restarts: list[str] = []
         #: Too few ranks left (and restart_wait set): the end this would be, why, and since when.
         self._ending: tuple[SaveReason, str, float] | None = None
+        #: Relays the ranks named (watched), and those that died: their ranks are told directly.
+        self._relays: set[str] = set()
+        self._dead_relays: set[str] = set()
+        #: What was told last that a rank behind a relay that died is told again (``_state_of``).
+        self.sync_said: SyncNow | None = None
+        self._final_eval_said: ExecuteEval | None = None
+        self._end_message: Shutdown | ShutdownWithSave | None = None
 
     def config(self) -> dict[str, Any]:
         return dict(self._config_kwargs)
@@ -270,17 +283,86 @@ class Coordinator(Actor):
         return [r for r in sorted(self.ranks.values(), key=lambda r: r.rank) if r.alive and not r.exited]
 
     def _tell_all(self, ctx: Context, message: Message) -> None:
-        for r in self.alive():
-            self._tell(ctx, r, message)
+        self._tell_each(ctx, [(r, message) for r in self.alive()])
 
     def _tell(self, ctx: Context, r: RankState, message: Message) -> None:
         """Tell one rank; one that went down a moment ago is skipped: its Down is on the way and is
         handled as its death.  (A raise here would leave a handler half done: an epoch dispatched
-        to the ranks before it and not after.)"""
+        to the ranks before it and not after.)  A rank behind a relay is told through it."""
+        if r.relay:
+            self._tell_each(ctx, [(r, message)])
+            return
         try:
             ctx.tell(r.name, message)
         except (ActorDead, UnknownActor):
             pass
+
+    def _tell_each(self, ctx: Context, told: list[tuple[RankState, Message]]) -> None:
+        """Tell each rank its message: those behind a relay in one ``Fanout`` per relay (one message
+        when they all get the same), the others one by one.  Every tell to a rank behind a relay goes
+        through it, so a rank hears the coordinator in the order told."""
+        fans: dict[str, tuple[list[int], list[Message]]] = {}
+        for r, message in told:
+            if not r.relay or type(message) not in _FANNED:
+                try:
+                    ctx.tell(r.name, message)
+                except (ActorDead, UnknownActor):
+                    pass
+                continue
+            ranks, messages = fans.setdefault(r.relay, ([], []))
+            ranks.append(r.rank)
+            messages.append(message)
+        for relay, (ranks, messages) in fans.items():
+            first = messages[0]
+            same = all(message is first for message in messages)
+            try:
+                ctx.tell(relay, Fanout(ranks=ranks, messages=[first] if same else messages))
+            except (ActorDead, UnknownActor) as exc:
+                self._relay_lost(ctx, relay, str(exc))  # tells them directly, what it may have lost first
+                self._tell_each(ctx, [(self.ranks[rank], message)
+                                      for rank, message in zip(ranks, [first] * len(ranks) if same else messages)])
+
+    def _relay_lost(self, ctx: Context, relay: str, why: str) -> None:
+        """A relay died: its ranks are told directly from now on, and what it may have held for them
+        is told again (each rank takes what it was told once: ``RankProtocol.receive``); their
+        reports through it are no longer taken (they send straight, and send again what the relay
+        may have lost: ``RankProtocol.relay_gone``)."""
+        if relay in self._dead_relays:
+            return
+        self._dead_relays.add(relay)
+        behind = [r for r in self.ranks.values() if r.relay == relay]
+        ctx.log.warning("a relay is gone; its ranks are told directly", relay=relay, why=why,
+                        ranks=len(behind))
+        for r in behind:
+            r.relay = ""
+        for r in sorted(behind, key=lambda r: r.rank):
+            if r.alive and not r.exited:
+                for message in self._state_of(r):
+                    self._tell(ctx, r, message)
+
+    def _state_of(self, r: RankState) -> list[Message]:
+        """What a rank must have been told by now, for one whose relay died: its epoch's plan and
+        slices, the sync in progress, the global step, the last aggregate, the final eval it owes,
+        and the end of the run."""
+        said: list[Message] = []
+        if self.phase is Phase.STOPPING:
+            return [self._end_message] if self._end_message is not None else []
+        if self.epoch >= 0 and r.slices and not r.waiting:
+            offset, size = r.plan
+            said.append(StartEpoch(epoch=self.epoch, partition_offset=offset, partition_size=size))
+            said += [ExtendPartition(partition_offset=start, partition_size=n, epoch=self.epoch)
+                     for start, n in r.slices[1:]]
+        if self.sync.in_progress and r.rank not in self.sync.acked and self.sync_said is not None:
+            said.append(self.sync_said)
+        else:  # (while one is, its end tells every rank the global step)
+            said.append(SetGlobalStep(global_step=self.global_step))
+        if self.history:
+            h = self.history[-1]
+            said.append(EpochAggregated(metrics=EpochMetrics(epoch=h.epoch, avg_loss=h.avg_loss,
+                                                             epoch_ms=h.epoch_ms, scalars=h.scalars)))
+        if self.roles.final_eval_pending and self.roles.eval == r.rank and self._final_eval_said is not None:
+            said.append(self._final_eval_said)
+        return said
 
     def _sink(self, ctx: Context, message: Message) -> None:
         if self.settings.metrics_sink:
@@ -354,7 +436,7 @@ class Coordinator(Actor):
         if not self.settings.model_signature and not self.ranks:
             self._signature = msg.model_signature
         r = RankState(msg.rank, name, ctx.now())
-        r.relay = msg.relay
+        r.relay = self._watch_relay(ctx, msg.relay, msg.rank)
         r.evaluates = msg.evaluates
         r.waiting = self.phase is not Phase.JOINING  # a rejoin takes part from the next epoch
         old = self.ranks.get(msg.rank)
@@ -384,6 +466,22 @@ class Coordinator(Actor):
             self._maybe_begin(ctx)
         elif self.phase is Phase.RESTARTING:
             self._maybe_resume(ctx, ctx.now())
+
+    def _watch_relay(self, ctx: Context, relay: str, rank: int) -> str:
+        """The relay a joining rank named, watched (its death is a fault the coordinator handles); ""
+        for one that is not a registered actor, or died: the rank is told directly."""
+        if not relay or relay in self._relays and relay not in self._dead_relays:
+            return relay
+        if relay in self._dead_relays:
+            return ""
+        try:
+            ctx.watch(relay)
+        except (UnknownActor, ActorDead) as exc:
+            ctx.log.warning("a rank named a relay that is not there; it is told directly", rank=rank,
+                            relay=relay, error=str(exc))
+            return ""
+        self._relays.add(relay)
+        return relay
 
     @handler
     @_phased
@@ -451,8 +549,8 @@ class Coordinator(Actor):
     def on_tick(self, msg: TimerFired, ctx: Context) -> None:
         now = ctx.now()
         if self.phase is Phase.JOINING:
-            for r in self.alive():
-                self._tell(ctx, r, CoordHeartbeat(seq=msg.count))
+            beat = CoordHeartbeat(seq=msg.count)
+            self._tell_each(ctx, [(r, beat) for r in self.alive()])
             self._check_silence(ctx, now, self.alive())
             if self.phase is Phase.JOINING and self._restart_since is not None:
                 self._maybe_begin(ctx)  # ends the run once restart_wait has passed without enough ranks
@@ -466,10 +564,10 @@ class Coordinator(Actor):
                 self._maybe_begin(ctx)
             return
         if self.phase in (Phase.RUNNING, Phase.FINISHING):
-            # One by one: a broadcast raised at the first rank that had just gone down, and the rest
-            # of the tick (the staleness and rendezvous checks) did not run.
-            for r in self._reachable():
-                self._tell(ctx, r, CoordHeartbeat(seq=msg.count))
+            # One by one (``_tell_each`` skips a rank that just went down): a broadcast raised at the
+            # first rank that had just gone down, and the rest of the tick did not run.
+            beat = CoordHeartbeat(seq=msg.count)
+            self._tell_each(ctx, [(r, beat) for r in self._reachable()])
             self._check_silence(ctx, now, self._reachable())
             self._check_rendezvous_timeout(ctx, now)
             self._maybe_reform(ctx)
@@ -486,8 +584,8 @@ class Coordinator(Actor):
             self._ending = None
             self._save_and_shutdown(ctx, self._unrecoverable() or reason, detail)  # not every rank went
         if self.phase is Phase.RESTARTING:
-            for r in self._reachable():
-                self._tell(ctx, r, CoordHeartbeat(seq=msg.count))
+            beat = CoordHeartbeat(seq=msg.count)
+            self._tell_each(ctx, [(r, beat) for r in self._reachable()])
             self._maybe_resume(ctx, now)
         if self.phase is Phase.STOPPING and self.shutdown_at is not None:
             if not self._in_run_count or now - self.shutdown_at > self.settings.exit_grace:
@@ -506,6 +604,9 @@ class Coordinator(Actor):
     @handler
     @_phased
     def on_down(self, msg: Down, ctx: Context) -> None:
+        if msg.name in self._relays:
+            self._relay_lost(ctx, msg.name, f"{msg.reason.value}: {msg.detail}")
+            return
         rank = self.by_name.get(msg.name)
         if rank is None:
             return
@@ -787,6 +888,7 @@ class Coordinator(Actor):
             self._send_eval(ctx, epoch)
         self._sink(ctx, StartEpoch(epoch=epoch, partition_offset=0, partition_size=c.dataset_size))
         offset = 0
+        plans: list[tuple[RankState, Message]] = []
         for r, size in zip(alive, shares(self.settings.dataset_size, alive)):
             r.plan = (offset, size)
             r.slices = [(offset, size)]
@@ -794,8 +896,9 @@ class Coordinator(Actor):
             r.ext_sent = r.ext_done = 0
             r.epoch_steps = 0
             r.epoch_start_steps = r.total_steps
-            self._tell(ctx, r, StartEpoch(epoch=epoch, partition_offset=offset, partition_size=size))
+            plans.append((r, StartEpoch(epoch=epoch, partition_offset=offset, partition_size=size)))
             offset += size
+        self._tell_each(ctx, plans)
         self._set_quotas()
         self.sync.window_started = ctx.now()
         if joining:  # the group must take the rejoined ranks in
@@ -808,8 +911,11 @@ class Coordinator(Actor):
         target = self.ranks.get(self.roles.eval) if self.roles.eval is not None else None
         if target is None or not target.alive:
             return
-        self._tell(ctx, target, ExecuteEval(schedule_id=self.roles.eval_id(final), epoch=epoch,
-                                          target_rank=target.rank, final=final))
+        message = ExecuteEval(schedule_id=self.roles.eval_id(final), epoch=epoch, target_rank=target.rank,
+                              final=final)
+        if final:
+            self._final_eval_said = message
+        self._tell(ctx, target, message)
 
     def _send_checkpoint(self, ctx: Context, version: int) -> None:
         target = self.ranks.get(self.roles.checkpoint) if self.roles.checkpoint is not None else None
@@ -836,8 +942,9 @@ class Coordinator(Actor):
     @handler
     @_phased
     def on_relay_report(self, msg: RelayReport, ctx: Context) -> None:
-        """The batches and heartbeats of the ranks behind a relay, taken only for the ranks that named
-        this relay in their join (the runtime proved those joins came from the ranks)."""
+        """The batches, heartbeats, sync acks and epoch reports of the ranks behind a relay, taken only
+        for the ranks that named this relay in their join (the runtime proved those joins came from
+        the ranks), in that order."""
         relay = ctx.sender or ""
         n = len(msg.ranks)
         if not len(msg.batch_ms) == len(msg.data_ms) == len(msg.step_counts) == len(msg.losses) == n:
@@ -865,12 +972,36 @@ class Coordinator(Actor):
             elif r.alive:
                 r.last_seen = now
                 r.silence_warned = 1
+        mine: list[tuple[RankState, SyncAck | MetricsMsg]] = []
+        for told in (*msg.acks, *msg.metrics):
+            r = ranks.get(told.rank)
+            if r is None or r.relay != relay or not relay:
+                forged += 1
+            else:
+                mine.append((r, told))
         if forged:
             self._refuse_relayed(ctx, relay, "reports for ranks that did not name it as their relay", forged)
         if n and batches:
             self._maybe_sync(ctx)
-            for r in counted:
-                self._throttle(ctx, r)
+            throttled = [r for r in counted if self.sync.ahead(r)]
+            for r in throttled:
+                r.throttled = True
+            throttle = Throttle()
+            self._tell_each(ctx, [(r, throttle) for r in throttled])
+            if throttled:
+                self._maybe_sync(ctx)  # a throttled rank holds the gate no longer
+        for r, told in mine:  # as if the rank told them: the phase decides
+            if isinstance(told, MetricsMsg) and self._taken_already(told):
+                continue
+            if type(told) not in self._taken:
+                self._refuse(told, ctx)
+            else:
+                r.last_seen = now
+                r.silence_warned = 1
+                if isinstance(told, SyncAck):
+                    self._sync_ack(ctx, r, told)
+                else:
+                    self._metrics(ctx, r, told)
 
     def _refuse_relayed(self, ctx: Context, relay: str, why: str, count: int) -> None:
         key = ("relay_report", why)
@@ -944,6 +1075,7 @@ class Coordinator(Actor):
         if self.sync.ahead(r):
             r.throttled = True
             self._tell(ctx, r, Throttle())
+            self._maybe_sync(ctx)  # it holds the gate no longer
 
     def _maybe_sync(self, ctx: Context) -> None:
         if self.sync.in_progress or self.phase not in (Phase.RUNNING, Phase.FINISHING) or self.saved:
@@ -976,12 +1108,17 @@ class Coordinator(Actor):
                                     f"{[r.rank for r in alive]} joined since and hold none (epoch {self.epoch})")
             return
         cycle = sync.arm(ctx.now(), self.ranks.values())
-        self._tell_all(ctx, SyncNow(cycle=cycle, source=None if source is None else source.rank))
+        self.sync_said = SyncNow(cycle=cycle, source=None if source is None else source.rank)
+        self._tell_all(ctx, self.sync_said)
 
     @handler
     @_phased
     def on_sync_ack(self, msg: SyncAck, ctx: Context) -> None:
-        r = self._from_rank(ctx, msg.rank)
+        self._sync_ack(ctx, self._from_rank(ctx, msg.rank), msg)
+
+    def _sync_ack(self, ctx: Context, r: RankState | None, msg: SyncAck) -> None:
+        """``r``'s ack, told by the rank or through its relay; one told again (after its relay died)
+        changes nothing: an ack is counted by cycle and by step count."""
         if r is None or not r.alive:
             return  # a dead rank's late ack finished a sync with nobody left (simulator)
         if msg.step_count and Batch in self._taken:
@@ -1015,15 +1152,34 @@ class Coordinator(Actor):
         self._tell_all(ctx, SetGlobalStep(global_step=self.global_step))
         self._maybe_aggregate(ctx)
         self._maybe_finish(ctx)
+        # A rank throttled while this cycle ran trains nothing until the next: with its peers idle
+        # (their slices done), no report would open the gate for it (simulator, --relays seed 313).
+        self._maybe_sync(ctx)
 
     # -- metrics and epoch advance ------------------------------------------------
 
     @handler
-    @_phased
     def on_metrics(self, msg: MetricsMsg, ctx: Context) -> None:
-        r = self._from_rank(ctx, msg.rank)
+        if self._taken_already(msg):
+            return  # told again after its relay died, in whatever phase: it was counted
+        if MetricsMsg not in self._taken:
+            self._refuse(msg, ctx)
+            return
+        self._metrics(ctx, self._from_rank(ctx, msg.rank), msg)
+
+    def _taken_already(self, msg: MetricsMsg) -> bool:
+        r = self.ranks.get(msg.rank)
+        return bool(msg.seq) and r is not None and msg.seq <= r.metrics_seq
+
+    def _metrics(self, ctx: Context, r: RankState | None, msg: MetricsMsg) -> None:
+        """``r``'s report, told by the rank or through its relay; one told again (its ``seq`` taken
+        already: sent again after its relay died) is not added twice."""
         if r is None:
             return
+        if msg.seq:
+            if msg.seq <= r.metrics_seq:
+                return
+            r.metrics_seq = msg.seq
         if msg.step_count and r.alive:
             _count_batch(r, None, msg.step_count)  # its last batches, a relay may still hold
         per_epoch = self.metrics.setdefault(msg.epoch, {})
@@ -1098,8 +1254,9 @@ class Coordinator(Actor):
             return
         self._move(Event.DONE)
         self.shutdown_at = ctx.now()
-        for r in self._reachable():  # a rank that rejoined during the last epoch leaves too
-            self._tell(ctx, r, Shutdown())
+        self._end_message = Shutdown()
+        # a rank that rejoined during the last epoch leaves too
+        self._tell_each(ctx, [(r, self._end_message) for r in self._reachable()])
 
     def _save_and_shutdown(self, ctx: Context, reason: SaveReason, detail: str = "") -> None:
         if self.saved is not None or self.phase is Phase.STOPPING:
@@ -1112,8 +1269,8 @@ class Coordinator(Actor):
             ctx.tell(effects_name(ctx.name), WriteMeta(path=f"{self.settings.save_stem}.meta.json",
                                                         text=json.dumps(meta, indent=2, sort_keys=True) + "\n"))
         message = ShutdownWithSave(reason=reason, detail=detail)
-        for r in self._reachable():
-            self._tell(ctx, r, message)
+        self._end_message = message
+        self._tell_each(ctx, [(r, message) for r in self._reachable()])
         self._sink(ctx, message)  # the user's view of the run says why it ended
         self._move(Event.CANNOT_GO_ON)
         self.shutdown_at = ctx.now()

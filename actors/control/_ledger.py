@@ -151,7 +151,8 @@ class RankState:
         self.reported_epoch = -1
         self.told_to_leave = False  # declared dead, then heard from: told Evicted once
         self.lost_why = "lost"  # how it was lost, for the Evicted it may be told
-        self.relay = ""  # the relay its Batch and Heartbeat reports come through ("": none)
+        self.relay = ""  # the relay it reports through and is told through ("": none, or it died)
+        self.metrics_seq = 0  # the last MetricsMsg.seq taken
 
     @property
     def in_run(self) -> bool:

@@ -257,8 +257,9 @@ class RankProtocol:
         self.rank = rank
         self.world_size = world_size
         self.coordinator = coordinator
-        #: Where ``Batch`` and ``Heartbeat`` go: a per-host relay (``actors/control/_relay.py``), or
-        #: "" for the coordinator itself.  The join names it, so the coordinator takes its reports.
+        #: Where ``Batch``, ``Heartbeat``, ``SyncAck`` and ``MetricsMsg`` go: a per-host relay
+        #: (``actors/control/_relay.py``), or "" for the coordinator itself.  The join names it, so the
+        #: coordinator takes its reports, and tells this rank through it (``Fanout``).
         self.relay = relay
         self.coordinator_timeout = coordinator_timeout
         self.regroup_wait = regroup_wait
@@ -297,6 +298,16 @@ class RankProtocol:
         self._compute_ms = 0.0
         self._data_ms = 0.0
         self._last_batch_end = 0.0
+        # What a relay that dies may have lost, sent again to the coordinator itself
+        # (``relay_gone``), and what the coordinator may tell again once its relay died (what was
+        # taken once is not taken twice):
+        self._answered_cycle = 0      # the last SyncNow.cycle answered with an AllReduce
+        self._last_epoch = -1         # the last epoch a StartEpoch planned
+        self._slices_taken: set[tuple[int, int, int]] = set()  # ExtendPartition (epoch, offset, size)
+        self._aggregated_epoch = -1   # the last EpochAggregated taken
+        self._metrics_seq = 0
+        self._unconfirmed: list[MetricsMsg] = []  # sent through the relay, epoch not aggregated yet
+        self._last_ack: SyncAck | None = None     # sent through the relay, cycle not closed yet
 
     # -- state the drivers read ---------------------------------------------------------------
 
@@ -351,6 +362,9 @@ class RankProtocol:
             self._deferred.append(msg)
             return []
         if isinstance(msg, StartEpoch):
+            if msg.epoch <= self._last_epoch:
+                return []  # told again after this rank's relay died: planned once
+            self._last_epoch = msg.epoch
             effects: list[Effect] = []
             if self.plans:
                 effects.append(Log("warning", "a new epoch plan arrived before the previous one was consumed",
@@ -358,6 +372,10 @@ class RankProtocol:
             self.plans.append(Plan(msg.epoch, msg.partition_offset, msg.partition_size))
             return effects
         if isinstance(msg, ExtendPartition):
+            key = (msg.epoch, msg.partition_offset, msg.partition_size)
+            if key in self._slices_taken:
+                return []  # told again after this rank's relay died
+            self._slices_taken.add(key)
             # The plan of that epoch takes the slice, whether it is being trained or still queued (a
             # queued plan skipped here was trained after the slice and reported twice; simulator).
             owner = next((plan for plan in (self.current, *self.plans)
@@ -370,8 +388,9 @@ class RankProtocol:
                 self.plans.appendleft(Plan(msg.epoch, msg.partition_offset, msg.partition_size, is_extension=True))
             return []
         if isinstance(msg, SyncNow):
-            if self.exiting_sent:
-                return []
+            if self.exiting_sent or (msg.cycle and msg.cycle <= self._answered_cycle):
+                return []  # (a cycle told again after this rank's relay died is answered once)
+            self._answered_cycle = max(self._answered_cycle, msg.cycle)
             if msg.source == self.rank:
                 self.model_source = True
             holds = self.in_sync or self.model_source
@@ -383,9 +402,14 @@ class RankProtocol:
             return []
         if isinstance(msg, SetGlobalStep):
             self.global_step = msg.global_step
+            self._last_ack = None  # the cycle closed: its acks were in
         elif isinstance(msg, SetEpochCallbackRole):
             self.epoch_role = msg.rank
         elif isinstance(msg, EpochAggregated):
+            if msg.metrics.epoch <= self._aggregated_epoch:
+                return []  # told again after this rank's relay died
+            self._aggregated_epoch = msg.metrics.epoch
+            self._unconfirmed = [u for u in self._unconfirmed if u.epoch > msg.metrics.epoch]
             self.aggregated.append(msg.metrics)
             self.latest = msg.metrics
         elif isinstance(msg, EvalBroadcast):
@@ -445,8 +469,13 @@ class RankProtocol:
         if not self.relay:
             return []
         relay, self.relay = self.relay, ""
+        # The sync's ack and the epochs' reports the relay may have held go again; the coordinator
+        # counts each once (by cycle, and by ``MetricsMsg.seq``).
+        again: list[Effect] = [Send(self._last_ack)] if self._last_ack is not None else []
+        again += [Send(u) for u in self._unconfirmed]
         return [Log("warning", "the relay is gone; reporting to the coordinator directly", {"relay": relay,
-                                                                                           "error": error})]
+                                                                                           "error": error}),
+                *again]
 
     def send_failed(self, to: str, message: Message, error: str) -> list[Effect]:
         """A :class:`Send` to ``to`` ("" : the coordinator) failed, its target gone: the coordinator's
@@ -454,7 +483,10 @@ class RankProtocol:
         coordinator itself (``relay_gone``)."""
         if not to or to == self.coordinator:
             return self.coordinator_gone(error)
-        return [*self.relay_gone(error), Send(message)]
+        effects = self.relay_gone(error)
+        if not any(isinstance(e, Send) and e.message is message for e in effects):
+            effects.append(Send(message))
+        return effects
 
     def coordinator_gone(self, error: str) -> list[Effect]:
         """A tell to the coordinator failed: it is gone, and the run is over for this rank."""
@@ -469,7 +501,10 @@ class RankProtocol:
             self.steps_since_sync = 0
             self.in_sync = True
             self.throttled = False
-            return [Send(SyncAck(rank=self.rank, step_count=self.steps, covered=covered, cycle=cycle))]
+            ack = SyncAck(rank=self.rank, step_count=self.steps, covered=covered, cycle=cycle)
+            if self.relay:
+                self._last_ack = ack
+            return [Send(ack, to=self.relay)]
         # Abandoned, not retried: the survivors may have left it at different points. Said at once:
         # when no death explains the failure (a hung peer) only this report makes the coordinator
         # form the group again. Until the new group is in, the rank serves only what forms it.
@@ -603,10 +638,13 @@ class RankProtocol:
             share_complete_ms=max(0.0, (self._last_batch_end - plan.started) * 1000),
             compute_only_ms=self._compute_ms, data_starve_ms=self._data_ms,
             scalars={k: ScalarSum(sum=v[0], count=int(v[1])) for k, v in self._scalars.items()},
-            extensions=covered, step_count=self.steps)
+            extensions=covered, step_count=self.steps, seq=self._metrics_seq + 1)
+        self._metrics_seq += 1
         self._scalars = {}
         self.current = None
-        return [Send(metrics)]
+        if self.relay:
+            self._unconfirmed.append(metrics)
+        return [Send(metrics, to=self.relay)]
 
     def intent(self, kind: IntentKind) -> list[Effect]:
         return [Send(Intent(rank=self.rank, kind=kind))]

@@ -337,3 +337,35 @@ ControlMsg = Union[
     GroupIdMade,
     AbortComm,
 ]
+
+
+#: What the coordinator tells a rank, and so what a ``Fanout`` carries.
+ToRank = Union[
+    StartEpoch,
+    ExtendPartition,
+    SyncNow,
+    Throttle,
+    SetGlobalStep,
+    Checkpoint,
+    ExecuteEval,
+    SetEpochCallbackRole,
+    EpochAggregated,
+    EvalBroadcast,
+    DeclareDead,
+    RequestNewNcclId,
+    NewNcclSession,
+    Shutdown,
+    ShutdownWithSave,
+    Evicted,
+    CoordHeartbeat,
+]
+
+
+class Fanout(Message, frozen=True, tag="fanout"):
+    """From the coordinator to a relay: tell ``messages`` to ranks behind it (``worker/R`` for each R
+    of ``ranks``).  One message is told to every rank; with one per rank, ``messages[i]`` goes to
+    ``ranks[i]``.  A rank that named a relay hears the coordinator only through it, so what the
+    coordinator tells one rank reaches it in the order told.  Taken only from the relay's coordinator."""
+
+    ranks: list[Count]
+    messages: list[ToRank]

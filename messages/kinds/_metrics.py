@@ -43,6 +43,9 @@ class MetricsMsg(Message, frozen=True, tag="metrics"):
     #: The rank's step count (its batches since it joined) when it reported; 0: not said.  The
     #: coordinator counts the batches up to it that a relay has not reported yet.
     step_count: Count = 0
+    #: This rank's report number (1, 2, ... per incarnation; 0: not said): a report sent again after
+    #: its relay died is counted once.
+    seq: Count = 0
 
 
 class EpochMetrics(Message, frozen=True, tag="epoch_metrics"):

@@ -9,7 +9,7 @@ from typing import Union
 
 from .._base import Count, Message, NonNegFloat
 from ._enums import IntentKind
-from ._metrics import ResourceUsage
+from ._metrics import MetricsMsg, ResourceUsage
 
 
 class Batch(Message, frozen=True, tag="batch"):
@@ -149,7 +149,9 @@ class RelayReport(Message, frozen=True, tag="relay_report"):
 
     Index ``i`` of ``ranks``, ``batch_ms``, ``data_ms``, ``step_counts`` and ``losses`` is one
     ``Batch``, in the order the relay received them (the columns have one length); ``beats`` are
-    the ranks that sent a ``Heartbeat``.  Taken only for ranks that named this relay in their join.
+    the ranks that sent a ``Heartbeat``; ``acks`` and ``metrics`` are the ranks' ``SyncAck`` and
+    ``MetricsMsg``, whole, in the order received.  Taken only for ranks that named this relay in
+    their join.
     """
 
     ranks: list[Count] = []
@@ -158,6 +160,8 @@ class RelayReport(Message, frozen=True, tag="relay_report"):
     step_counts: list[Count] = []
     losses: list[float] = []
     beats: list[Count] = []
+    acks: list[SyncAck] = []
+    metrics: list[MetricsMsg] = []
 
 
 TimingMsg = Union[

@@ -92,6 +92,18 @@ def coordinator(relays: dict[int, str]) -> ActorHarness:
     return h
 
 
+def told(out: list) -> list[tuple[str, m.Message]]:  # type: ignore[type-arg]
+    """What the coordinator told each rank (``worker/R``), straight or in a relay's ``Fanout``."""
+    pairs: list[tuple[str, m.Message]] = []
+    for s in out:
+        if isinstance(s.message, m.Fanout):
+            one = len(s.message.messages) == 1
+            pairs += [(f"worker/{r}", s.message.messages[0 if one else i]) for i, r in enumerate(s.message.ranks)]
+        else:
+            pairs.append((s.target, s.message))
+    return pairs
+
+
 def report(*ranks: int, beats: tuple[int, ...] = ()) -> m.RelayReport:
     n = len(ranks)
     # step count 0: "not said", each entry one batch (the counting by step count has its own test)
@@ -111,7 +123,10 @@ def test_the_coordinator_counts_a_relayed_batch_as_it_counts_a_batch() -> None:
     h.deliver(report(1, 2), sender="relay/a")  # rank 2 named relay/b: only rank 1 is taken
     h.deliver(report(2), sender="relay/b")
     out = h.take()
-    assert {s.target for s in out if isinstance(s.message, m.SyncNow)} == {"worker/0", "worker/1", "worker/2"}
+    assert {t for t, msg in told(out) if isinstance(msg, m.SyncNow)} == {"worker/0", "worker/1", "worker/2"}
+    # one SyncNow for each relay's ranks
+    assert sorted((s.target, s.message.ranks) for s in out if isinstance(s.message, m.Fanout)
+                  and isinstance(s.message.messages[0], m.SyncNow)) == [("relay/a", [0, 1]), ("relay/b", [2])]
 
 
 def test_a_relay_cannot_speak_for_a_rank_that_did_not_name_it() -> None:
@@ -219,3 +234,174 @@ def test_a_failed_send_ends_the_run_only_when_it_was_to_the_coordinator() -> Non
     assert [e for e in effects if isinstance(e, Send)] == [Send(batch)] and p.ended is None
     p.send_failed("", batch, "actor 'coordinator' is dead")
     assert p.failure is not None and "coordinator is gone" in p.failure
+
+
+# -- the coordinator tells the ranks through their relays (a control plane that scales with hosts) --
+
+
+def relay_of(*ranks: int) -> ActorHarness:
+    h = ActorHarness(Relay(interval=0.1), name="relay/a", peers=["coordinator", *(f"worker/{r}" for r in ranks)])
+    h.start()
+    return h
+
+
+def test_a_relay_tells_each_rank_what_the_coordinator_fanned_out_in_order() -> None:
+    h = relay_of(3, 4)
+    h.deliver(m.Fanout(ranks=[3, 4], messages=[m.SyncNow(cycle=2)]), sender="coordinator")
+    h.deliver(m.Fanout(ranks=[3, 4], messages=[m.StartEpoch(epoch=1, partition_offset=0, partition_size=5),
+                                               m.StartEpoch(epoch=1, partition_offset=5, partition_size=5)]),
+              sender="coordinator")
+    out = [(s.target, s.message) for s in h.take()]
+    assert out == [("worker/3", m.SyncNow(cycle=2)), ("worker/4", m.SyncNow(cycle=2)),
+                   ("worker/3", m.StartEpoch(epoch=1, partition_offset=0, partition_size=5)),
+                   ("worker/4", m.StartEpoch(epoch=1, partition_offset=5, partition_size=5))]
+
+
+def test_a_relay_takes_a_fanout_only_from_its_coordinator_and_only_with_matching_lists() -> None:
+    """A local actor must not speak for the coordinator through the relay."""
+    h = relay_of(3, 4)
+    h.deliver(m.Fanout(ranks=[3], messages=[m.Shutdown()]), sender="mallory")
+    h.deliver(m.Fanout(ranks=[3, 4, 5], messages=[m.Shutdown(), m.Shutdown()]), sender="coordinator")
+    assert h.take() == []
+    assert h.actor.refused == {"mallory": 1, "coordinator": 1}
+
+
+def test_a_relay_reports_its_hosts_acks_at_once_when_every_rank_told_the_sync_acked() -> None:
+    h = relay_of(3, 4)
+    h.deliver(m.Fanout(ranks=[3, 4], messages=[m.SyncNow(cycle=2)]), sender="coordinator")
+    h.take()
+    ack3, ack4 = (m.SyncAck(rank=r, step_count=5, covered=10, cycle=2) for r in (3, 4))
+    h.deliver(ack3, sender="worker/3")
+    assert h.take() == []  # rank 4 still owes its ack: it waits (at most the interval)
+    h.deliver(m.SyncAck(rank=4, step_count=5, cycle=2), sender="worker/3")  # not rank 4's actor
+    assert h.take() == []
+    h.deliver(ack4, sender="worker/4")
+    (out,) = h.take()
+    assert out.target == "coordinator" and out.message.acks == [ack3, ack4]
+
+
+def test_a_relay_reports_its_hosts_epoch_reports_at_once_when_every_rank_with_a_plan_reported() -> None:
+    h = relay_of(3, 4)
+    h.deliver(m.Fanout(ranks=[3, 4], messages=[m.StartEpoch(epoch=0, partition_offset=0, partition_size=5),
+                                               m.StartEpoch(epoch=0, partition_offset=5, partition_size=5)]),
+              sender="coordinator")
+    h.take()
+    reports = [m.MetricsMsg(rank=r, epoch=0, avg_loss=0.5, batches_processed=5, epoch_ms=10.0, samples_processed=5,
+                            step_count=5, seq=1) for r in (3, 4)]
+    h.deliver(reports[0], sender="worker/3")
+    assert h.take() == []
+    h.deliver(reports[1], sender="worker/4")
+    (out,) = h.take()
+    assert out.message.metrics == reports
+    h.deliver(m.Fanout(ranks=[3], messages=[m.SyncNow(cycle=3)]), sender="coordinator")
+    h.take()
+    h.deliver(m.SyncAck(rank=3, step_count=5, cycle=3), sender="worker/3")  # no plan owed: the ack completes it
+    assert len(h.take()) == 1
+
+
+def test_the_coordinator_tells_ranks_behind_a_relay_in_one_fanout_per_relay() -> None:
+    """At 10,000 ranks every SyncNow, SetGlobalStep, StartEpoch and EpochAggregated was a message per
+    rank through the coordinator's process (bench scale: 0.86 of the batch rate)."""
+    h = coordinator({0: "relay/a", 1: "relay/a"})
+    h.advance(2.0)
+    h.deliver(report(0, 0, 1, 1), sender="relay/a")
+    h.deliver(m.Batch(rank=2, batch_ms=10.0, step_count=2, batch_loss=0.5), sender="worker/2")
+    h.deliver(m.Batch(rank=2, batch_ms=10.0, step_count=2, batch_loss=0.5), sender="worker/2")
+    out = h.take()
+    fans = [s for s in out if isinstance(s.message, m.Fanout) and isinstance(s.message.messages[0], m.SyncNow)]
+    assert [(s.target, s.message.ranks, len(s.message.messages)) for s in fans] == [("relay/a", [0, 1], 1)]
+    assert [s.target for s in out if isinstance(s.message, m.SyncNow)] == ["worker/2"]  # no relay: straight
+
+
+def test_a_relayed_ack_and_epoch_report_count_as_the_ranks_own_and_a_forged_one_does_not() -> None:
+    h = ActorHarness(Coordinator(world_size=2, run_id=RUN, num_epochs=1, dataset_size=4, batch_size=1, sync_every=100,
+                                 eval_every=0, final_eval=False, tick_interval=1.0, metrics_sink="main",
+                                 form_group=False),
+                     name="coordinator", peers=["main", "relay/a", "relay/b"])
+    h.start()
+    for rank in range(2):
+        h.ask(m.JoinRequest(rank=rank, world_size=2, run_id=RUN, relay="relay/a"), sender=f"worker/{rank}")
+    cycle = h.actor.sync.cycle
+    forged = m.RelayReport(acks=[m.SyncAck(rank=r, step_count=0, covered=0, cycle=cycle) for r in (0, 1)])
+    h.deliver(forged, sender="relay/b")  # nobody named relay/b
+    assert h.actor.sync.in_progress
+    h.deliver(m.RelayReport(acks=forged.acks), sender="relay/a")
+    assert not h.actor.sync.in_progress  # the run's first sync closed
+    h.take()
+    reports = [m.MetricsMsg(rank=r, epoch=0, avg_loss=0.5, batches_processed=2, epoch_ms=1.0, samples_processed=2,
+                            step_count=2, seq=1) for r in (0, 1)]
+    h.deliver(m.RelayReport(ranks=[0, 0, 1, 1], batch_ms=[1.0] * 4, data_ms=[0.0] * 4, step_counts=[1, 2, 1, 2],
+                            losses=[0.5] * 4, metrics=reports), sender="relay/a")
+    out = h.take()
+    assert [s.message.messages[0] for s in out if isinstance(s.message, m.Fanout)] == [m.SyncNow(cycle=cycle + 1)]
+    assert sorted(h.actor.metrics[0]) == [0, 1]
+    assert h.actor.refused[("relay_report", "reports for ranks that did not name it as their relay")] == 2
+
+
+def test_a_report_told_again_after_the_relay_died_is_counted_once_in_any_phase() -> None:
+    h = coordinator({0: "relay/a"})
+    h.actor.epoch = 0
+    once = m.MetricsMsg(rank=0, epoch=0, avg_loss=0.5, batches_processed=1, epoch_ms=1.0, samples_processed=1,
+                        step_count=1, seq=1)
+    h.deliver(m.RelayReport(metrics=[once]), sender="relay/a")
+    h.deliver(once, sender="worker/0")  # sent again: the rank does not know whether the relay passed it on
+    assert h.actor.metrics[0][0] == once and h.actor.ranks[0].metrics_seq == 1
+    assert not h.actor.refused_from_live
+
+
+def test_a_relays_death_makes_the_coordinator_tell_its_ranks_directly_what_it_may_have_lost() -> None:
+    h = coordinator({0: "relay/a", 1: "relay/a"})
+    h.advance(2.0)
+    h.deliver(report(0, 0, 1, 1), sender="relay/a")
+    h.deliver(m.Batch(rank=2, batch_ms=10.0, step_count=2, batch_loss=0.5), sender="worker/2")
+    h.deliver(m.Batch(rank=2, batch_ms=10.0, step_count=2, batch_loss=0.5), sender="worker/2")
+    h.take()  # the SyncNow of the cycle in progress went to relay/a, which dies with it
+    out = h.down("relay/a", m.DownReason.DEAD, "status -9")
+    again = [(s.target, s.message) for s in out]
+    plan0 = m.StartEpoch(epoch=0, partition_offset=0, partition_size=100)
+    assert ("worker/0", plan0) in again and ("worker/0", h.actor.sync_said) in again
+    assert ("worker/1", h.actor.sync_said) in again
+    assert all(target.startswith("worker/") for target, _ in again)
+    assert [r.relay for r in h.actor.ranks.values()] == ["", "", ""]
+    h.deliver(report(0), sender="relay/a")  # a late report of the dead relay is not taken
+    assert h.actor.ranks[0].total_steps == 2
+
+
+def test_a_rank_with_a_relay_acks_and_reports_through_it_and_says_them_again_when_it_dies() -> None:
+    p = RankProtocol(0, 1, relay="relay/a")
+    p.join_reply(m.JoinAccepted(rank=0, world_size=1), now=0.0)
+    (reduce,) = p.receive(m.SyncNow(cycle=1, source=0), now=0.1)
+    (ack,) = p.sync_done(reduce.cycle, None, now=0.2, covered=0)
+    assert isinstance(ack, Send) and ack.to == "relay/a" and isinstance(ack.message, m.SyncAck)
+    p.receive(m.StartEpoch(epoch=0, partition_offset=0, partition_size=2), now=0.3)
+    p.start_plan(0.3)
+    p.batch_done(0.4, 1.0, 0.5)
+    (report,) = p.report_epoch(0.5)
+    assert isinstance(report, Send) and report.to == "relay/a" and report.message.seq == 1
+    effects = p.receive(m.Down(name="relay/a", reason=m.DownReason.DEAD), now=1.0)
+    assert [(e.message, e.to) for e in effects if isinstance(e, Send)] == [(ack.message, ""), (report.message, "")]
+    # What the coordinator told again after the relay died is taken once.
+    assert p.receive(m.SyncNow(cycle=1, source=0), now=1.1) == []
+    assert p.receive(m.StartEpoch(epoch=0, partition_offset=0, partition_size=2), now=1.1) == [] and not p.plans
+    p.receive(m.ExtendPartition(partition_offset=7, partition_size=1, epoch=0), now=1.2)
+    p.receive(m.ExtendPartition(partition_offset=7, partition_size=1, epoch=0), now=1.2)
+    assert len(p.plans) == 1
+    agg = m.EpochAggregated(metrics=m.EpochMetrics(epoch=0, avg_loss=0.5, epoch_ms=1.0))
+    p.receive(agg, now=1.3)
+    p.receive(agg, now=1.3)
+    assert len(p.aggregated) == 1
+
+
+def test_a_rank_whose_relay_is_up_says_nothing_again_once_the_cycle_closed_and_the_epoch_aggregated() -> None:
+    p = RankProtocol(0, 1, relay="relay/a")
+    p.join_reply(m.JoinAccepted(rank=0, world_size=1), now=0.0)
+    (reduce,) = p.receive(m.SyncNow(cycle=1, source=0), now=0.1)
+    p.sync_done(reduce.cycle, None, now=0.2, covered=0)
+    p.receive(m.SetGlobalStep(global_step=0), now=0.3)
+    p.receive(m.StartEpoch(epoch=0, partition_offset=0, partition_size=1), now=0.3)
+    p.start_plan(0.3)
+    p.batch_done(0.4, 1.0, 0.5)
+    p.report_epoch(0.5)
+    p.receive(m.EpochAggregated(metrics=m.EpochMetrics(epoch=0, avg_loss=0.5, epoch_ms=1.0)), now=0.6)
+    effects = p.receive(m.Down(name="relay/a", reason=m.DownReason.DEAD), now=1.0)
+    assert [e for e in effects if isinstance(e, Send)] == []

@@ -430,3 +430,22 @@ def test_the_ranks_of_a_relay_that_dies_report_straight_and_the_run_ends_whole()
         assert outcome.ended_by == "shutdown" and outcome.epochs == 3, outcome.line()
         assert not any(r.protocol.relay for r in sim.incarnations if r.rank in (0, 1) and r.protocol.joined), \
             outcome.line()
+
+
+def test_a_relays_death_while_it_holds_a_sync_and_the_end_of_an_epoch_loses_neither() -> None:
+    """With the coordinator's fan-out and the ranks' acks and reports going through relays, a relay
+    that dies holds what a cycle and an epoch's end wait for: the coordinator and the ranks each tell
+    again what it may have lost (taken once), at every moment of a run."""
+    for seed in range(60):
+        at = 0.3 + seed * 0.1
+        sim = Simulation(seed, ranks=4, epochs=3, relays=True, faults=[Fault("kill_relay", at, seed % 2)])
+        outcome = sim.run()
+        assert outcome.ended_by == "shutdown" and outcome.epochs == 3, outcome.line()
+
+
+def test_a_rank_throttled_while_its_idle_peers_wait_gets_the_next_sync() -> None:
+    """A rank told Throttle during a cycle, its peers done with their slices, waited forever: the
+    cycle's end opened the gate and nothing looked (--relays seed 313, a relay's death among its
+    faults, the run never ended)."""
+    outcome = Simulation(313, relays=True).run()
+    assert outcome.ended_by == "shutdown", outcome.line()

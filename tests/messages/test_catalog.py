@@ -52,7 +52,8 @@ PINNED_SINCE = {"RankExited": "rank_exited", "RelayReport": "relay_report", "Res
                 "StateDigest": "state_digest", "WriteMeta": "write_meta",
                 "TrainBatch": "train_batch", "BatchTrained": "batch_trained", "AllReduceParams": "all_reduce_params",
                 "ParamsReduced": "params_reduced", "JoinGroup": "join_group", "GroupJoined": "group_joined",
-                "NewGroupId": "new_group_id", "GroupIdMade": "group_id_made", "AbortComm": "abort_comm"}
+                "NewGroupId": "new_group_id", "GroupIdMade": "group_id_made", "AbortComm": "abort_comm",
+                "Fanout": "fanout"}
 
 
 def test_tags_are_pinned() -> None:

@@ -65,6 +65,7 @@ def _coordinator(self: Simulation, step: Callable[[], list[Any]]) -> None:
         if r.declared_down:
             self.harness.ctx.known.discard(r.name)
     self.harness.ctx.known.update(_names.worker_heartbeat(r.rank) for r in self.ranks)
+    self.harness.ctx.known.update(name for name, relay in self.relays.items() if not relay.known_dead())
     for sent in step():
         self._route(sent)
     for r in self.ranks:
@@ -82,17 +83,34 @@ def _route(self: Simulation, sent: Any) -> None:
         if isinstance(message, m.ShutdownWithSave) and self.ended is None:
             self.ended, self.ended_at = message, self.now
         return
-    if isinstance(message, m.Shutdown) and self.ended is None and self.coordinator.phase == "stopping":
-        self.ended, self.ended_at = message, self.now  # the end of the run, not one rank told to leave
-    rank = next((r for r in self.ranks if r.name == sent.target), None)
+    relay = self.relays.get(sent.target)
+    if relay is not None:
+        if isinstance(message, m.Fanout):
+            one = len(message.messages) == 1
+            for i, r in enumerate(message.ranks):
+                self._told(_names.worker(r), message.messages[0 if one else i])
+            self.messages += 1
+            self.at(self._delay((COORD, relay.name), -1), functools.partial(relay.fan, message))
+        return
+    rank = self._told(sent.target, message)
     if rank is None:
         return
+    self.messages += 1
+    self.at(self._delay((COORD, rank.name), rank.rank), lambda: rank.receive(message))
+
+
+def _told(self: Simulation, target: str, message: m.Message) -> SimRank | None:
+    """What the coordinator told ``target`` (straight or through its relay), as the checks see it."""
+    if isinstance(message, m.Shutdown) and self.ended is None and self.coordinator.phase == "stopping":
+        self.ended, self.ended_at = message, self.now  # the end of the run, not one rank told to leave
+    rank = next((r for r in self.ranks if r.name == target), None)
+    if rank is None:
+        return None
     if isinstance(message, (m.Shutdown, m.ShutdownWithSave)):
         self.told_end.add(id(rank))
     if isinstance(message, m.SetGlobalStep) and message.global_step != self.reduced_steps:
         self._fail(f"SetGlobalStep({message.global_step}) after a reduce that covered {self.reduced_steps} steps")
-    self.messages += 1
-    self.at(self._delay((COORD, rank.name), rank.rank), lambda: rank.receive(message))
+    return rank
 
 
 def _advance_to(self: Simulation, when: float) -> list[Any]:

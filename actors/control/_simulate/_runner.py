@@ -182,6 +182,7 @@ class Simulation:
     _deliver = _network._deliver
     _coordinator = _network._coordinator
     _route = _network._route
+    _told = _network._told
     _advance_to = _network._advance_to
     # invariants
     trains_from = _invariants.trains_from
