@@ -54,6 +54,8 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
 
     if not args.verbose:
         configure_logging(level="critical")  # thousands of coordinators log their faults
+    if args.scale is not None:
+        return _simulate_scale(args)
     if args.seed is not None:
         seeds = range(args.seed, args.seed + 1)
     else:
@@ -75,6 +77,33 @@ def _cmd_simulate(args: argparse.Namespace) -> int:
     print(f"{len(seeds)} seed(s) in {time.monotonic() - started:.1f} s: {len(broken)} broken"
           + (f"; ended by {summary}" if summary else ""))
     return 1 if broken else 0
+
+
+def _simulate_scale(args: argparse.Namespace) -> int:
+    import dataclasses
+    import time
+
+    from actorwire.actors.control._simulate import _scale
+
+    costs = _scale.Costs()
+    if args.message_us is not None:
+        costs = dataclasses.replace(costs, coordinator_message_us=args.message_us)
+    if args.entry_us is not None:
+        costs = dataclasses.replace(costs, coordinator_entry_us=args.entry_us)
+    if args.measure:
+        print(f"measured here: the coordinator's handler takes {_scale.measure_entry_us():.2f} us per report "
+              f"entry (the model uses {costs.coordinator_entry_us:g})")
+    started = time.monotonic()
+    sim = _scale.ScaleSimulation(args.scale, racks=not args.flat, hosts_per_rack=args.hosts_per_rack,
+                                 epochs=args.epochs, costs=costs)
+    outcome = sim.run(progress=lambda line: print(line, file=sys.stderr))
+    print(f"costs: coordinator {costs.coordinator_message_us:g} us a message + {costs.coordinator_entry_us:g} us "
+          f"an entry; a relay {costs.relay_message_us:g} + {costs.relay_entry_us:g} us; a hop {costs.hop_us:g} us")
+    width = max(len(name) for name, _, _ in outcome.rows())
+    for name, value, note in outcome.rows():
+        print(f"{name:<{width}}  {value:>18}  {note}")
+    print(f"simulated in {time.monotonic() - started:.1f} s")
+    return 0 if outcome.epochs == args.epochs and not outcome.lost else 1
 
 
 def _cmd_bench(args: argparse.Namespace) -> int:
@@ -227,8 +256,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--restarts", action="store_true",
                    help="also restart a killed rank as its launcher would (it rejoins the run)")
     p.add_argument("--relays", action="store_true",
-                   help="also give every two ranks a host relay for their Batch and Heartbeat; a relay may be killed")
+                   help="also give every two ranks a host relay (their reports, and what the coordinator tells them, go through it); a relay may be killed")
     p.add_argument("--verbose", action="store_true", help="show the coordinator's log (with --seed)")
+    p.add_argument("--scale", type=_positive, metavar="N",
+                   help="instead: N light ranks, 8 a host, under one coordinator through a two-level relay tree "
+                        "(host relays under rack relays), in virtual time with a cost per message; prints the "
+                        "coordinator's messages a second, batch rate, aggregation and sync cycle times")
+    p.add_argument("--flat", action="store_true", help="with --scale: no rack relays (host relays report to the "
+                                                       "coordinator)")
+    p.add_argument("--hosts-per-rack", type=_positive, default=32, metavar="K",
+                   help="with --scale: host relays under a rack relay (default 32)")
+    p.add_argument("--epochs", type=_positive, default=3, metavar="E", help="with --scale: epochs (default 3)")
+    p.add_argument("--message-us", type=float, metavar="US",
+                   help="with --scale: the coordinator's cost per message (default 25)")
+    p.add_argument("--entry-us", type=float, metavar="US",
+                   help="with --scale: the coordinator's cost per report entry (default 1)")
+    p.add_argument("--measure", action="store_true",
+                   help="with --scale: first time the coordinator's handler per report entry on this machine")
     p.set_defaults(func=_cmd_simulate)
 
     p = sub.add_parser("demo", help="run the end-to-end demo")
@@ -269,7 +313,7 @@ EXAMPLES: dict[str, list[str]] = {
     "messages": ["actorwire messages", "actorwire messages sync_now", "actorwire messages --schema"],
     "bench": ["actorwire bench codec", "actorwire bench bus", "actorwire bench train --epochs 5"],
     "simulate": ["actorwire simulate --seeds 1000", "actorwire simulate --seed 118 --verbose",
-                 "actorwire simulate --seeds 2000 --restarts"],
+                 "actorwire simulate --seeds 2000 --restarts", "actorwire simulate --scale 100000"],
     "log": ["actorwire log show runs/demo --kind epoch_metrics", "actorwire log stats runs/demo",
             "actorwire log tail runs/demo/RUN/coordinator",
             "actorwire log export runs/demo --perfetto trace.json"],

@@ -161,6 +161,7 @@ class Coordinator(Actor):
         self._config_kwargs = dict(config)
         self.ranks: dict[int, RankState] = {}
         self._in_run: list[RankState] | None = None  # alive(), until a rank's state changes
+        self._live: list[RankState] | None = None  # _reachable(), until a rank's state changes
         self._in_run_ids: frozenset[int] = frozenset()
         self._in_run_count = 0  # len(alive()), kept as ranks change (joins must not sort all ranks)
         self.by_name: dict[str, int] = {}
@@ -274,13 +275,16 @@ class Coordinator(Actor):
 
     def _roster_changed(self, r: RankState, was_in: bool) -> None:
         self.sync.recheck()
+        self._live = None
         if r.in_run != was_in:
             self._in_run = None
             self._in_run_count += 1 if r.in_run else -1
 
     def _reachable(self) -> list[RankState]:
         """Every live rank, those waiting to take part included (they get heartbeats too)."""
-        return [r for r in sorted(self.ranks.values(), key=lambda r: r.rank) if r.alive and not r.exited]
+        if self._live is None:  # sorted twice a tick, it was 13% of the coordinator at 20,000 ranks (py-spy)
+            self._live = [r for r in sorted(self.ranks.values(), key=lambda r: r.rank) if r.alive and not r.exited]
+        return self._live
 
     def _tell_all(self, ctx: Context, message: Message) -> None:
         self._tell_each(ctx, [(r, message) for r in self.alive()])

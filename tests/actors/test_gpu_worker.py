@@ -68,7 +68,7 @@ def test_one_batch_per_handler_so_control_interleaves() -> None:
     assert [type(x).__name__ for x in out] == ["SyncAck", "Throttle"]
     out = [s.message for s in h.deliver(m.Throttle(), sender="worker/0")]
     assert [type(x).__name__ for x in out] == ["Batch", "Throttle"]  # one batch, then the next step queued
-    assert [type(x).__name__ for x in (s.message for s in h.deliver(m.SyncNow(cycle=1), sender="coordinator"))] \
+    assert [type(x).__name__ for x in (s.message for s in h.deliver(m.SyncNow(cycle=2), sender="coordinator"))] \
         == ["SyncAck"]  # served between two batches
     h.deliver(m.Throttle(), sender="worker/0")
     last = [s.message for s in h.deliver(m.Throttle(), sender="worker/0")]
@@ -139,7 +139,7 @@ def test_a_failed_all_reduce_is_reported_at_once() -> None:
     h = _joined_worker()
     h.actor.comm = Broken()
     h.deliver(m.NewNcclSession(uid=b"x", new_rank=0, new_world_size=1, attempt=3), sender="coordinator")
-    out = [s.message for s in h.deliver(m.SyncNow(cycle=1), sender="coordinator")]
+    out = [s.message for s in h.deliver(m.SyncNow(cycle=2), sender="coordinator")]
     assert out == [m.SessionFailed(rank=0, attempt=3,
                                    reason="collective failed: all_reduce failed: connection reset by peer")]
 

@@ -70,7 +70,7 @@ class Simulation:
         self.trained_origin: frozenset[int] | None = None  # the one initial model every rank trains from
         self.reduced_steps = 0  # the steps the last completed reduce's model holds
         self.last_batch_at = 0.0
-        # Two ranks a host, each host's Batch and Heartbeat through its relay (``_relays.py``).
+        # Two ranks a host, each host's reports and the coordinator's tells through its relay (``_relays.py``).
         self.hosts = (self.world + 1) // 2 if relays else 0
         self.relays: dict[str, SimRelay] = {}
         for host in range(self.hosts):

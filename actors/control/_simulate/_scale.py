@@ -1,0 +1,484 @@
+"""The control plane at scale, in virtual time (``actorwire simulate --scale N``).
+
+One real :class:`~actorwire.actors.control._coordinator.Coordinator` under the test kit's clock,
+and ``N`` ranks, :data:`RANKS_PER_HOST` to a host, each host's ranks behind a host relay that
+folds their reports with the real :class:`~actorwire.actors.control._relay.RelayBuffer`.  With
+``racks`` (the two-level tree), ``hosts_per_rack`` host relays report to a rack relay that folds
+their reports again, and the coordinator talks to the rack relays only; without, it talks to every
+host relay.  The coordinator's ``Fanout`` goes down the same tree: a rack relay splits it by
+host, a host relay tells each rank.
+
+What a process costs is modelled, not measured as the simulation runs (so a run is the same
+wherever it runs): every process is a queue that serves one message at a time, for
+``message_us + entry_us x entries`` of its time (an entry: one rank's batch, beat, ack, report or
+told message).  The defaults are :class:`Costs`, measured on the 2-core VM (see its doc).  A hop
+between processes takes ``hop_us``.  The ranks are light (the real rank protocol at 100,000 ranks
+would cost the simulation more than it shows): they train at 10 Hz while they have a plan and are
+not throttled, beat every second, ack a ``SyncNow`` at once and report at the end of their slice,
+as ``bench scale``'s simulated ranks do.
+
+Reported, in virtual time: the messages a second the coordinator takes and sends and its busy
+share (a share at 1 is a saturated process), from the first plan on (the joins before it are
+asks straight to the coordinator); the same for the busiest relay of each level; the ranks'
+batch rate (of 10 Hz, from the first plan to the last aggregate); the aggregation latency (the
+last ``MetricsMsg`` of an epoch leaving its rank to the sink's ``EpochMetrics``); and per sync
+cycle the time down the tree (the coordinator's ``SyncNow`` to the last rank told), and back up
+(the last ack leaving its rank to the cycle's close), median and worst.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import heapq
+import itertools
+import random
+import statistics
+from collections.abc import Callable
+from typing import Any
+
+from actorwire import messages as m
+from actorwire.actors import _names
+from actorwire.actors.control._coordinator import Coordinator
+from actorwire.actors.control._relay import RelayBuffer
+from actorwire.actors.runtime._testkit import ActorHarness
+
+RANKS_PER_HOST = 8
+RATE_HZ = 10.0
+COORD = "coordinator"
+SINK = "main"
+
+
+@dataclasses.dataclass(frozen=True)
+class Costs:
+    """What a process spends on a message: ``message_us`` for the message, ``entry_us`` per entry.
+
+    Measured on the 2-core VM (2026-12-05): the coordinator's ``message_us`` is one message through
+    the runtime's tell path at both ends (``actorwire bench bus``: ``bus.tell.ipc`` at about 40k
+    messages a second, so 25 us) and its ``entry_us`` the coordinator's handler per report entry,
+    timed on the test kit (``actorwire simulate --scale`` prints both; ``tests/actors/
+    test_simulate_scale.py`` re-measures the handler and checks the default is not below it).  A
+    relay does less per entry (it appends to columns): its ``entry_us`` is the ``RelayBuffer``'s.
+    """
+
+    coordinator_message_us: float = 25.0
+    coordinator_entry_us: float = 1.0
+    relay_message_us: float = 25.0
+    relay_entry_us: float = 1.0
+    hop_us: float = 200.0
+
+
+class _Queue:
+    """One process: a message waits until it is free, then takes its cost."""
+
+    __slots__ = ("name", "free_at", "busy", "messages")
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.free_at = 0.0
+        self.busy = 0.0
+        self.messages = 0
+
+    def serve(self, now: float, cost_s: float) -> float:
+        start = max(now, self.free_at)
+        self.free_at = start + cost_s
+        self.busy += cost_s
+        self.messages += 1
+        return self.free_at
+
+
+def _entries(message: m.Message) -> int:
+    if isinstance(message, m.RelayReport):
+        return len(message.ranks) + len(message.beats) + len(message.acks) + len(message.metrics)
+    if isinstance(message, m.Fanout):
+        return len(message.ranks)
+    return 1
+
+
+class _Relay:
+    """A host relay (its ranks) or a rack relay (its host relays), with the real buffer."""
+
+    def __init__(self, sim: ScaleSimulation, name: str, up: str) -> None:
+        self.sim = sim
+        self.name = name
+        self.up = up  # the rack relay, or the coordinator
+        self.queue = _Queue(name)
+        self.buffer = RelayBuffer()
+        self.host_of: dict[int, str] = {}  # rack relay: which host relay each rank is behind
+        sim.after(sim.rng.uniform(0.0, 0.1), self.flush)
+
+    def cost(self, message: m.Message) -> float:
+        c = self.sim.costs
+        return (c.relay_message_us + c.relay_entry_us * _entries(message)) / 1e6
+
+    def charge(self, messages: int) -> None:
+        """Its ranks' own messages (a batch, a beat, an ack, a report each), taken as they come."""
+        c = self.sim.costs
+        self.queue.busy += messages * (c.relay_message_us + c.relay_entry_us) / 1e6
+        self.queue.messages += messages
+
+    def take(self, report: m.RelayReport) -> None:
+        """A host relay's report (at a rack relay): folded into this one's."""
+        b = self.buffer
+        for i, rank in enumerate(report.ranks):
+            b.batch(rank, report.batch_ms[i], report.step_counts[i], report.losses[i], report.data_ms[i])
+        for rank in report.beats:
+            b.beat(rank)
+        for ack in report.acks:
+            b.ack(ack)
+        for metrics in report.metrics:
+            b.report(metrics)
+        if b.due:
+            self.report()
+
+    def fan(self, fanout: m.Fanout) -> None:
+        sim = self.sim
+        one = len(fanout.messages) == 1
+        if self.host_of:  # a rack relay: one Fanout per host relay
+            split: dict[str, tuple[list[int], list[m.Message]]] = {}
+            for i, rank in enumerate(fanout.ranks):
+                message = fanout.messages[0 if one else i]
+                self.buffer.told(rank, message)
+                ranks, messages = split.setdefault(self.host_of[rank], ([], []))
+                ranks.append(rank)
+                messages.append(message)
+            for host, (ranks, messages) in split.items():
+                out = m.Fanout(ranks=ranks, messages=messages[:1] if one else messages)  # type: ignore[arg-type]
+                sim.send(self.name, host, out)
+            return
+        for i, rank in enumerate(fanout.ranks):
+            message = fanout.messages[0 if one else i]
+            self.buffer.told(rank, message)
+            sim.at(sim.now + sim.hop(), lambda rank=rank, message=message: sim.rank_told(rank, message))
+
+    def flush(self) -> None:
+        if self.sim.done:
+            return
+        self.report()
+        self.sim.after(0.1, self.flush)
+
+    def report(self) -> None:
+        report = self.buffer.take()
+        if report is not None:
+            self.sim.send(self.name, self.up, report)
+
+
+@dataclasses.dataclass
+class ScaleOutcome:
+    """What ``simulate --scale`` measured (virtual time)."""
+
+    ranks: int
+    hosts: int
+    racks: int
+    seconds: float
+    epochs: int
+    coordinator_msgs_per_s: float
+    coordinator_busy: float
+    host_relay_busy: float
+    rack_relay_busy: float
+    batch_rate: float
+    aggregation_ms: list[float]
+    down_ms: list[float]
+    up_ms: list[float]
+    cycles: int
+    lost: int
+
+    def rows(self) -> list[tuple[str, str, str]]:
+        def mw(values: list[float]) -> str:
+            if not values:
+                return "-"
+            return f"{statistics.median(values):.0f} / {max(values):.0f} ms"
+        tree = f"{self.hosts:,} host relays" + (f" under {self.racks:,} rack relays" if self.racks else "")
+        return [
+            ("ranks", f"{self.ranks:,}", f"{RANKS_PER_HOST} a host; {tree}"),
+            ("epochs aggregated", f"{self.epochs}", f"in {self.seconds:.1f} s of virtual time; lost {self.lost}"),
+            ("coordinator", f"{self.coordinator_msgs_per_s:,.0f} msg/s", f"busy {self.coordinator_busy:.2f} of its time"),
+            ("busiest rack relay", f"{self.rack_relay_busy:.3f}" if self.racks else "-", "busy share"),
+            ("busiest host relay", f"{self.host_relay_busy:.3f}", "busy share"),
+            ("batch rate", f"{self.batch_rate:.3f}", "of 10 Hz (target >= 0.9)"),
+            ("aggregation", mw(self.aggregation_ms), "median / worst (target <= 1000 ms)"),
+            ("sync cycle, down", mw(self.down_ms), f"SyncNow to the last rank, {self.cycles} cycles"),
+            ("sync cycle, up", mw(self.up_ms), "the last ack to the cycle's close"),
+        ]
+
+
+class ScaleSimulation:
+    """``ranks`` light ranks under one real coordinator, through host relays (and rack relays)."""
+
+    def __init__(self, ranks: int, *, racks: bool = True, hosts_per_rack: int = 32, epochs: int = 3,
+                 seconds_per_epoch: float = 3.0, costs: Costs | None = None, seed: int = 0) -> None:
+        self.n = ranks
+        self.costs = costs or Costs()
+        self.rng = random.Random(seed)
+        self.now = 0.0
+        self.done = False
+        self._events: list[tuple[float, int, Callable[[], None]]] = []
+        self._order = itertools.count()
+        batches = int(seconds_per_epoch * RATE_HZ)
+        self.epochs = epochs
+        self.seconds_per_epoch = seconds_per_epoch
+        self.hosts = -(-ranks // RANKS_PER_HOST)
+        self.racks = -(-self.hosts // hosts_per_rack) if racks else 0
+        self._per_rack = hosts_per_rack
+        self.coordinator = Coordinator(world_size=ranks, run_id="scale", num_epochs=epochs,
+                                       dataset_size=ranks * batches, batch_size=1, sync_every=20, eval_every=0,
+                                       final_eval=False, staleness_timeout=30.0, join_timeout=600.0,
+                                       tick_interval=0.5, metrics_sink=SINK, form_group=False)
+        self.relays: dict[str, _Relay] = {}
+        for rack in range(self.racks):
+            self.relays[f"relay/r{rack}"] = _Relay(self, f"relay/r{rack}", COORD)
+        for host in range(self.hosts):
+            up = f"relay/r{host // hosts_per_rack}" if racks else COORD
+            self.relays[f"relay/h{host}"] = relay = _Relay(self, f"relay/h{host}", up)
+            if racks:
+                for rank in range(host * RANKS_PER_HOST, min(ranks, (host + 1) * RANKS_PER_HOST)):
+                    self.relays[up].host_of[rank] = relay.name
+        peers = [SINK, *self.relays, *(_names.worker(r) for r in range(ranks))]
+        self.harness = ActorHarness(self.coordinator, name=COORD, peers=peers)
+        self.cq = _Queue(COORD)
+        # The light ranks: their state in arrays.
+        self.left = [0] * ranks
+        self.epoch = [0] * ranks
+        self.steps = [0] * ranks
+        self.seq = [0] * ranks
+        self.slice_batches = [0] * ranks
+        #: What every rank reported, by epoch: the flat sums the coordinator's aggregate must equal.
+        self.reported: dict[int, list[m.MetricsMsg]] = {}
+        self.throttled = [False] * ranks
+        self.trained = 0
+        self.first_plan: float | None = None
+        self.last_metrics: dict[int, float] = {}
+        self.aggregated: dict[int, float] = {}
+        self.armed: dict[int, float] = {}      # cycle -> when the coordinator sent its SyncNow
+        self.reached: dict[int, float] = {}    # cycle -> when its last rank was told
+        self.acked: dict[int, float] = {}      # cycle -> when its last ack left its rank
+        self.closed: dict[int, float] = {}     # cycle -> when the cycle closed
+        self._told_sync: dict[int, int] = {}   # cycle -> ranks told so far
+        self._cycle = 0
+        self._at_first_plan = (0, 0.0)  # the coordinator's messages and busy time when training began
+
+    # -- events -------------------------------------------------------------------------------
+
+    def at(self, when: float, action: Callable[[], None]) -> None:
+        heapq.heappush(self._events, (when, next(self._order), action))
+
+    def after(self, delay: float, action: Callable[[], None]) -> None:
+        self.at(self.now + delay, action)
+
+    def hop(self) -> float:
+        return self.costs.hop_us / 1e6 * self.rng.uniform(0.75, 1.25)
+
+    def relay_of(self, rank: int) -> str:
+        """What the rank names in its join: the relay the coordinator talks to for it."""
+        host = rank // RANKS_PER_HOST
+        return f"relay/r{host // self._per_rack}" if self.racks else f"relay/h{host}"
+
+    # -- the processes ------------------------------------------------------------------------
+
+    def send(self, sender: str, target: str, message: m.Message) -> None:
+        """``message`` to ``target``, a hop away, served by its queue in order."""
+        def arrive() -> None:
+            if target == COORD:
+                self.to_coordinator(message, sender)
+                return
+            relay = self.relays[target]
+            done = relay.queue.serve(self.now, relay.cost(message))
+
+            def handle() -> None:
+                if isinstance(message, m.RelayReport):
+                    relay.take(message)
+                elif isinstance(message, m.Fanout):
+                    relay.fan(message)
+            self.at(done, handle)
+        self.at(self.now + self.hop(), arrive)
+
+    def to_coordinator(self, message: m.Message, sender: str, correlation: int = 0) -> None:
+        c = self.costs
+        cost = (c.coordinator_message_us + c.coordinator_entry_us * _entries(message)) / 1e6
+        done = self.cq.serve(self.now, cost)
+
+        def handle() -> None:
+            self._advance()
+            out = self.harness.deliver(message, sender=sender, correlation_id=correlation)
+            self._emit(out)
+        self.at(done, handle)
+
+    def _tick(self) -> None:
+        """The coordinator's timers run on time even when no message comes."""
+        if not self.done:
+            self._advance()
+            self.after(0.5, self._tick)
+
+    def _advance(self) -> None:
+        if self.harness.ctx.clock < self.now:
+            self._emit(self.harness.advance(self.now - self.harness.ctx.clock))
+
+    def _emit(self, out: list[Any]) -> None:
+        """What the coordinator sent: each message costs its process too (encoded, sent)."""
+        c = self.costs
+        for sent in out:
+            message = sent.message
+            if sent.kind == "reply":
+                continue
+            cost = (c.coordinator_message_us + c.coordinator_entry_us * _entries(message)) / 1e6
+            when = self.cq.serve(self.now, cost)
+            if isinstance(message, m.Fanout) and isinstance(message.messages[0], m.SyncNow):
+                self._cycle = message.messages[0].cycle
+                self.armed.setdefault(self._cycle, when)
+            elif isinstance(message, m.Fanout) and isinstance(message.messages[0], m.SetGlobalStep):
+                self.closed.setdefault(self._cycle, when)
+            if sent.target == SINK:
+                if isinstance(message, m.EpochMetrics):
+                    self.aggregated[message.epoch] = when
+                    if len(self.aggregated) == self.epochs:
+                        self.done = True
+                continue
+            self.at(when, lambda target=sent.target, message=message: self.send(COORD, target, message))
+
+    # -- the ranks ----------------------------------------------------------------------------
+
+    def rank_told(self, rank: int, message: m.Message) -> None:
+        if isinstance(message, m.StartEpoch):
+            self.epoch[rank], self.left[rank] = message.epoch, message.partition_size
+            self.slice_batches[rank] = 0
+            if self.first_plan is None:
+                self.first_plan = self.now
+                self._at_first_plan = (self.cq.messages, self.cq.busy)
+        elif isinstance(message, m.ExtendPartition):
+            self.left[rank] += message.partition_size
+        elif isinstance(message, m.SyncNow):
+            self.throttled[rank] = False
+            cycle = message.cycle
+            told = self._told_sync[cycle] = self._told_sync.get(cycle, 0) + 1
+            if told == self.coordinator._in_run_count:
+                self.reached[cycle] = self.now
+            self.acked[cycle] = max(self.acked.get(cycle, 0.0), self.now)
+            host = self._host(rank)
+            host.charge(1)
+            host.buffer.ack(m.SyncAck(rank=rank, step_count=self.steps[rank], cycle=cycle, covered=0))
+            self._due(rank)
+        elif isinstance(message, m.Throttle):
+            self.throttled[rank] = True
+
+    def _host(self, rank: int) -> _Relay:
+        return self.relays[f"relay/h{rank // RANKS_PER_HOST}"]
+
+    def _due(self, rank: int) -> None:
+        relay = self._host(rank)
+        if relay.buffer.due:
+            relay.report()
+
+    def host_tick(self, host: int) -> None:
+        """A tenth of a second on one host: each of its ranks with a plan trains a batch."""
+        if self.done:
+            return
+        relay = self.relays[f"relay/h{host}"]
+        told = len(relay.buffer)
+        for rank in range(host * RANKS_PER_HOST, min(self.n, (host + 1) * RANKS_PER_HOST)):
+            if self.left[rank] > 0 and not self.throttled[rank]:
+                self.steps[rank] += 1
+                self.left[rank] -= 1
+                self.slice_batches[rank] += 1
+                self.trained += 1
+                loss = 1.0 / (1 + (rank * 7 + self.steps[rank]) % 5)
+                relay.buffer.batch(rank, 100.0, self.steps[rank], loss)
+                if self.left[rank] == 0:
+                    self.seq[rank] += 1
+                    done = self.slice_batches[rank]
+                    report = m.MetricsMsg(rank=rank, epoch=self.epoch[rank], avg_loss=loss, batches_processed=done,
+                                          epoch_ms=done * 100.0, samples_processed=done,
+                                          step_count=self.steps[rank], seq=self.seq[rank])
+                    self.slice_batches[rank] = 0
+                    self.reported.setdefault(report.epoch, []).append(report)
+                    relay.buffer.report(report)
+                    self.last_metrics[self.epoch[rank]] = self.now
+        relay.charge(len(relay.buffer) - told)
+        if relay.buffer.due:
+            relay.report()
+        self.after(1.0 / RATE_HZ, lambda: self.host_tick(host))
+
+    def host_beat(self, host: int) -> None:
+        if self.done:
+            return
+        relay = self.relays[f"relay/h{host}"]
+        ranks = range(host * RANKS_PER_HOST, min(self.n, (host + 1) * RANKS_PER_HOST))
+        for rank in ranks:
+            relay.buffer.beat(rank)
+        relay.charge(len(ranks))
+        self.after(1.0, lambda: self.host_beat(host))
+
+    # -- the run ------------------------------------------------------------------------------
+
+    def run(self, progress: Callable[[str], None] | None = None) -> ScaleOutcome:
+        self.harness.start()
+        self.after(0.5, self._tick)
+        # The joins (asks, straight to the coordinator; not through the tree), spread over a second.
+        for rank in range(self.n):
+            join = m.JoinRequest(rank=rank, world_size=self.n, run_id="scale", model_signature="s",
+                                 relay=self.relay_of(rank))
+            self.at(self.rng.uniform(0.0, 1.0), lambda join=join: self.to_coordinator(
+                join, _names.worker(join.rank), correlation=10**9 + join.rank))
+        for host in range(self.hosts):
+            start = self.rng.uniform(0.0, 1.0 / RATE_HZ)
+            self.at(1.0 + start, lambda host=host: self.host_tick(host))
+            self.at(1.0 + start, lambda host=host: self.host_beat(host))
+        deadline = 60.0 + 4 * self.epochs * self.seconds_per_epoch
+        shown = 0
+        while self._events and not self.done and self.now < deadline:
+            when, _, action = heapq.heappop(self._events)
+            self.now = when
+            action()
+            if progress is not None and int(self.now) > shown:
+                shown = int(self.now)
+                progress(f"  scale: {self.n:,} ranks: {self.now:.0f} s virtual, {len(self.aggregated)} of "
+                         f"{self.epochs} epochs aggregated")
+        self._advance()
+        return self._outcome()
+
+    def _outcome(self) -> ScaleOutcome:
+        span = self.now - (self.first_plan or 0.0)
+        aggregation = [(self.aggregated[e] - self.last_metrics[e]) * 1000 for e in self.aggregated
+                       if e in self.last_metrics]
+        down = [(self.reached[c] - self.armed[c]) * 1000 for c in self.reached if c in self.armed]
+        up = [(self.closed[c] - self.acked[c]) * 1000 for c in self.closed if c in self.acked and c in self.reached]
+        relays = [r for r in self.relays.values()]
+        busiest = {kind: max((r.queue.busy for r in relays if r.name.startswith(kind)), default=0.0) / max(self.now, 1e-9)
+                   for kind in ("relay/h", "relay/r")}
+        lost = sum(1 for r in self.coordinator.ranks.values() if not r.alive)
+        nominal = self.epochs * self.seconds_per_epoch
+        return ScaleOutcome(
+            ranks=self.n, hosts=self.hosts, racks=self.racks, seconds=self.now, epochs=len(self.aggregated),
+            coordinator_msgs_per_s=(self.cq.messages - self._at_first_plan[0]) / max(span, 1e-9),
+            coordinator_busy=(self.cq.busy - self._at_first_plan[1]) / max(span, 1e-9),
+            host_relay_busy=busiest["relay/h"], rack_relay_busy=busiest["relay/r"],
+            batch_rate=nominal / span if len(self.aggregated) == self.epochs and span > 0 else 0.0,
+            aggregation_ms=aggregation, down_ms=down, up_ms=up, cycles=len(down), lost=lost)
+
+
+def measure_entry_us(ranks: int = 2000, reports: int = 20) -> float:
+    """The coordinator's handler per report entry on this machine, in microseconds: ``RelayReport``
+    of ``ranks`` batches, delivered on the test kit to a running coordinator (its transport aside).
+    What :class:`Costs` takes for ``coordinator_entry_us`` (``actorwire simulate --scale N
+    --measure`` prints it); a wall time, so it is printed, never checked."""
+    import time
+
+    coordinator = Coordinator(world_size=ranks, run_id="measure", num_epochs=1, dataset_size=ranks * 1000,
+                              batch_size=1, sync_every=10**6, eval_every=0, final_eval=False,
+                              staleness_timeout=30.0, tick_interval=0.5, metrics_sink=SINK, form_group=False)
+    h = ActorHarness(coordinator, name=COORD, peers=[SINK, "relay/a", *(_names.worker(r) for r in range(ranks))])
+    h.start()
+    for rank in range(ranks):
+        h.deliver(m.JoinRequest(rank=rank, world_size=ranks, run_id="measure", relay="relay/a"),
+                  sender=_names.worker(rank), correlation_id=rank + 1)
+    cycle = coordinator.sync.cycle
+    h.deliver(m.RelayReport(acks=[m.SyncAck(rank=r, step_count=0, covered=0, cycle=cycle) for r in range(ranks)]),
+              sender="relay/a")
+    h.take()
+    times: list[float] = []
+    for step in range(1, reports + 1):
+        report = m.RelayReport(ranks=list(range(ranks)), batch_ms=[100.0] * ranks, data_ms=[0.0] * ranks,
+                               step_counts=[step] * ranks, losses=[1.0] * ranks, beats=list(range(ranks)))
+        t0 = time.perf_counter()
+        h.deliver(report, sender="relay/a")
+        times.append((time.perf_counter() - t0) / (2 * ranks))
+        h.take()
+    return statistics.median(times) * 1e6

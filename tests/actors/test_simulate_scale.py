@@ -1,0 +1,49 @@
+"""The control plane at scale in virtual time (``actorwire simulate --scale``): the real coordinator
+through a two-level relay tree, light ranks, a cost per message (deterministic: no wall time)."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from actorwire.actors.control._simulate._scale import RANKS_PER_HOST, Costs, ScaleSimulation
+
+
+def test_a_two_level_tree_trains_every_epoch_and_aggregates_the_flat_sums_exactly() -> None:
+    sim = ScaleSimulation(400, racks=True, hosts_per_rack=4, epochs=2, seconds_per_epoch=1.0)
+    outcome = sim.run()
+    assert outcome.epochs == 2 and outcome.lost == 0
+    assert outcome.hosts == 50 and outcome.racks == 13
+    assert outcome.batch_rate >= 0.9
+    assert sim.trained == 400 * 10 * 2  # every sample of every epoch, once
+    for metrics in sim.coordinator.history:  # folded twice on the way up, still the flat sums
+        reports = sim.reported[metrics.epoch]
+        assert sum(metrics.per_rank_samples) == sum(r.samples_processed for r in reports) == 400 * 10
+        batches = sum(r.batches_processed for r in reports)
+        assert metrics.avg_loss == pytest.approx(sum(r.avg_loss * r.batches_processed for r in reports) / batches,
+                                                 rel=1e-12)
+    assert outcome.cycles >= 2 and outcome.down_ms and outcome.up_ms
+
+
+def test_the_rack_level_divides_what_the_coordinator_takes() -> None:
+    flat = ScaleSimulation(512, racks=False, epochs=1, seconds_per_epoch=1.0).run()
+    tree = ScaleSimulation(512, racks=True, hosts_per_rack=8, epochs=1, seconds_per_epoch=1.0).run()
+    assert flat.hosts == tree.hosts == 512 // RANKS_PER_HOST and tree.racks == 8
+    assert flat.epochs == tree.epochs == 1
+    assert tree.coordinator_msgs_per_s * 4 < flat.coordinator_msgs_per_s
+
+
+def test_a_saturated_coordinator_shows_as_a_busy_share_near_one_and_a_lower_batch_rate() -> None:
+    """The cost model is what limits a level: a coordinator 100 times slower per message saturates."""
+    slow = Costs(coordinator_message_us=2500.0)
+    outcome = ScaleSimulation(2000, racks=False, epochs=1, seconds_per_epoch=1.0, costs=slow).run()
+    fast = ScaleSimulation(2000, racks=False, epochs=1, seconds_per_epoch=1.0).run()
+    assert outcome.coordinator_busy > 0.9 > fast.coordinator_busy
+    assert outcome.batch_rate < fast.batch_rate
+
+
+def test_the_same_run_twice_is_the_same_run() -> None:
+    a = ScaleSimulation(300, racks=True, hosts_per_rack=4, epochs=1, seconds_per_epoch=1.0, seed=3).run()
+    b = ScaleSimulation(300, racks=True, hosts_per_rack=4, epochs=1, seconds_per_epoch=1.0, seed=3).run()
+    assert dataclasses.asdict(a) == dataclasses.asdict(b)
