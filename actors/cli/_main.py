@@ -95,7 +95,7 @@ def _simulate_scale(args: argparse.Namespace) -> int:
               f"entry (the model uses {costs.coordinator_entry_us:g})")
     started = time.monotonic()
     sim = _scale.ScaleSimulation(args.scale, racks=not args.flat, hosts_per_rack=args.hosts_per_rack,
-                                 epochs=args.epochs, costs=costs)
+                                 epochs=args.epochs, costs=costs, rack_interval=args.rack_interval)
     outcome = sim.run(progress=lambda line: print(line, file=sys.stderr))
     print(f"costs: coordinator {costs.coordinator_message_us:g} us a message + {costs.coordinator_entry_us:g} us "
           f"an entry; a relay {costs.relay_message_us:g} + {costs.relay_entry_us:g} us; a hop {costs.hop_us:g} us")
@@ -266,6 +266,8 @@ def build_parser() -> argparse.ArgumentParser:
                                                        "coordinator)")
     p.add_argument("--hosts-per-rack", type=_positive, default=32, metavar="K",
                    help="with --scale: host relays under a rack relay (default 32)")
+    p.add_argument("--rack-interval", type=float, default=0.5, metavar="S",
+                   help="with --scale: how often a rack relay reports its ranks' batches (default 0.5 s)")
     p.add_argument("--epochs", type=_positive, default=3, metavar="E", help="with --scale: epochs (default 3)")
     p.add_argument("--message-us", type=float, metavar="US",
                    help="with --scale: the coordinator's cost per message (default 25)")

@@ -49,7 +49,7 @@ class RelayBuffer:
     """What a relay holds between two reports (sans-IO: the caller decides when to take it)."""
 
     __slots__ = ("ranks", "batch_ms", "data_ms", "step_counts", "losses", "beats", "acks", "metrics",
-                 "awaiting_acks", "working")
+                 "awaiting_acks", "working", "_at", "_folded")
 
     def __init__(self) -> None:
         self._clear()
@@ -68,19 +68,47 @@ class RelayBuffer:
         self.beats: set[int] = set()
         self.acks: list[SyncAck] = []
         self.metrics: list[MetricsMsg] = []
+        self._at: dict[int, int] = {}  # rank -> its entry
+        self._folded: list[int] = []   # batches in each entry
 
     def __len__(self) -> int:
         return len(self.ranks) + len(self.beats) + len(self.acks) + len(self.metrics)
 
-    def batch(self, rank: int, batch_ms: float, step_count: int, loss: float, data_ms: float = 0.0) -> None:
-        self.ranks.append(rank)
-        self.batch_ms.append(batch_ms)
-        self.data_ms.append(data_ms)
-        self.step_counts.append(step_count)
-        self.losses.append(loss)
+    def batch(self, rank: int, batch_ms: float, step_count: int, loss: float, data_ms: float = 0.0,
+              batches: int = 1) -> None:
+        """``batches`` batches of ``rank`` (up to its ``step_count``; times and loss their mean): one
+        entry per rank and report, their means taken (a rank's second batch in a report widens its
+        entry; the coordinator counts a rank's batches by its step count)."""
+        i = self._at.get(rank)
+        if i is None or step_count == 0:  # (a step count of 0, "not said", is one batch an entry)
+            self._at[rank] = len(self.ranks)
+            self.ranks.append(rank)
+            self.batch_ms.append(batch_ms)
+            self.data_ms.append(data_ms)
+            self.step_counts.append(step_count)
+            self.losses.append(loss)
+            self._folded.append(batches)
+            return
+        n = self._folded[i]
+        total = n + batches
+        self.batch_ms[i] = (self.batch_ms[i] * n + batch_ms * batches) / total
+        self.data_ms[i] = (self.data_ms[i] * n + data_ms * batches) / total
+        self.losses[i] = (self.losses[i] * n + loss * batches) / total
+        self.step_counts[i] = max(self.step_counts[i], step_count)
+        self._folded[i] = total
 
     def beat(self, rank: int) -> None:
         self.beats.add(rank)
+
+    def take_report(self, report: RelayReport) -> None:
+        """A relay below this one reported (a rack relay folds its host relays' reports again)."""
+        for i, rank in enumerate(report.ranks):
+            self.batch(rank, report.batch_ms[i], report.step_counts[i], report.losses[i], report.data_ms[i])
+        self.beats.update(report.beats)
+        for ack in report.acks:
+            self.ack(ack)
+        for metrics in report.metrics:
+            self.report(metrics)
 
     def ack(self, msg: SyncAck) -> None:
         self.acks.append(msg)
@@ -107,7 +135,8 @@ class RelayBuffer:
         if not self:
             return None
         report = RelayReport(ranks=self.ranks, batch_ms=self.batch_ms, data_ms=self.data_ms,
-                             step_counts=self.step_counts, losses=self.losses, beats=sorted(self.beats),
+                             step_counts=self.step_counts, losses=self.losses,
+                             beats=sorted(self.beats.difference(self._at)),  # a batch says it is alive
                              acks=self.acks, metrics=self.metrics)
         self._clear()
         return report

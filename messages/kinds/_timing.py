@@ -147,9 +147,10 @@ class JoinRequest(Message, frozen=True, tag="join_request"):
 class RelayReport(Message, frozen=True, tag="relay_report"):
     """What a relay heard from the ranks behind it since its last report, in one message.
 
-    Index ``i`` of ``ranks``, ``batch_ms``, ``data_ms``, ``step_counts`` and ``losses`` is one
-    ``Batch``, in the order the relay received them (the columns have one length); ``beats`` are
-    the ranks that sent a ``Heartbeat``; ``acks`` and ``metrics`` are the ranks' ``SyncAck`` and
+    Index ``i`` of ``ranks``, ``batch_ms``, ``data_ms``, ``step_counts`` and ``losses`` is the
+    batches of rank ``ranks[i]`` since the last report: up to its step count ``step_counts[i]``,
+    with their mean times and loss (one entry per rank; the columns have one length); ``beats`` are
+    the ranks that sent a ``Heartbeat`` and no batch; ``acks`` and ``metrics`` are the ranks' ``SyncAck`` and
     ``MetricsMsg``, whole, in the order received.  Taken only for ranks that named this relay in
     their join.
     """

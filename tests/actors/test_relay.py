@@ -24,12 +24,33 @@ def test_a_buffer_reports_its_batches_in_order_and_its_beats_once() -> None:
     assert buf.take() is None
     buf.batch(2, 10.0, 1, 0.5)
     buf.batch(1, 12.0, 7, 0.25, data_ms=2.0)
-    buf.beat(1)
-    buf.beat(1)
+    buf.beat(1)  # said by its batch: not sent again
+    buf.beat(3)
+    buf.beat(3)
     report = buf.take()
     assert report == m.RelayReport(ranks=[2, 1], batch_ms=[10.0, 12.0], data_ms=[0.0, 2.0], step_counts=[1, 7],
-                                   losses=[0.5, 0.25], beats=[1])
+                                   losses=[0.5, 0.25], beats=[3])
     assert buf.take() is None  # taken: the next report starts empty
+
+
+def test_a_buffer_folds_a_ranks_batches_into_one_entry_and_a_rack_relay_folds_its_hosts_again() -> None:
+    """At 100,000 ranks the coordinator's work per entry, not per message, filled it (simulate --scale):
+    an entry per rank and report, counted by the rank's step count."""
+    host = RelayBuffer()
+    host.batch(5, 10.0, 3, 1.0)
+    host.batch(6, 20.0, 1, 0.5)
+    host.batch(5, 30.0, 4, 0.0, data_ms=2.0)
+    report = host.take()
+    assert report is not None
+    assert report.ranks == [5, 6] and report.step_counts == [4, 1]
+    assert report.batch_ms == [20.0, 20.0] and report.losses == [0.5, 0.5] and report.data_ms == [1.0, 0.0]
+    rack = RelayBuffer()
+    rack.take_report(report)
+    rack.batch(5, 40.0, 5, 1.0)
+    rack.take_report(m.RelayReport(beats=[6, 9], acks=[m.SyncAck(rank=9, step_count=2, cycle=1)]))
+    folded = rack.take()
+    assert folded is not None and folded.ranks == [5, 6] and folded.step_counts == [5, 1]
+    assert folded.beats == [9] and [a.rank for a in folded.acks] == [9]
 
 
 def relay() -> ActorHarness:
@@ -47,7 +68,7 @@ def test_a_relay_tells_one_report_per_interval_and_nothing_when_it_heard_nothing
     (out,) = h.advance(0.1)
     assert out.target == "coordinator"
     assert out.message == m.RelayReport(ranks=[3, 4], batch_ms=[10.0, 10.0], data_ms=[1.0, 1.0], step_counts=[1, 1],
-                                        losses=[0.5, 0.5], beats=[3])
+                                        losses=[0.5, 0.5], beats=[])  # rank 3's batch says it is alive
     assert h.advance(0.1) == []
 
 

@@ -4,8 +4,9 @@ One real :class:`~actorwire.actors.control._coordinator.Coordinator` under the t
 and ``N`` ranks, :data:`RANKS_PER_HOST` to a host, each host's ranks behind a host relay that
 folds their reports with the real :class:`~actorwire.actors.control._relay.RelayBuffer`.  With
 ``racks`` (the two-level tree), ``hosts_per_rack`` host relays report to a rack relay that folds
-their reports again, and the coordinator talks to the rack relays only; without, it talks to every
-host relay.  The coordinator's ``Fanout`` goes down the same tree: a rack relay splits it by
+their reports again (one entry per rank, every ``rack_interval``; acks and epoch reports at once
+when its ranks' answer is complete), and the coordinator talks to the rack relays only; without,
+it talks to every host relay (every 0.1 s).  The coordinator's ``Fanout`` goes down the same tree: a rack relay splits it by
 host, a host relay tells each rank.
 
 What a process costs is modelled, not measured as the simulation runs (so a run is the same
@@ -97,10 +98,11 @@ def _entries(message: m.Message) -> int:
 class _Relay:
     """A host relay (its ranks) or a rack relay (its host relays), with the real buffer."""
 
-    def __init__(self, sim: ScaleSimulation, name: str, up: str) -> None:
+    def __init__(self, sim: ScaleSimulation, name: str, up: str, interval: float) -> None:
         self.sim = sim
         self.name = name
         self.up = up  # the rack relay, or the coordinator
+        self.interval = interval
         self.queue = _Queue(name)
         self.buffer = RelayBuffer()
         self.host_of: dict[int, str] = {}  # rack relay: which host relay each rank is behind
@@ -119,14 +121,7 @@ class _Relay:
     def take(self, report: m.RelayReport) -> None:
         """A host relay's report (at a rack relay): folded into this one's."""
         b = self.buffer
-        for i, rank in enumerate(report.ranks):
-            b.batch(rank, report.batch_ms[i], report.step_counts[i], report.losses[i], report.data_ms[i])
-        for rank in report.beats:
-            b.beat(rank)
-        for ack in report.acks:
-            b.ack(ack)
-        for metrics in report.metrics:
-            b.report(metrics)
+        b.take_report(report)
         if b.due:
             self.report()
 
@@ -154,7 +149,7 @@ class _Relay:
         if self.sim.done:
             return
         self.report()
-        self.sim.after(0.1, self.flush)
+        self.sim.after(self.interval, self.flush)
 
     def report(self) -> None:
         report = self.buffer.take()
@@ -205,7 +200,8 @@ class ScaleSimulation:
     """``ranks`` light ranks under one real coordinator, through host relays (and rack relays)."""
 
     def __init__(self, ranks: int, *, racks: bool = True, hosts_per_rack: int = 32, epochs: int = 3,
-                 seconds_per_epoch: float = 3.0, costs: Costs | None = None, seed: int = 0) -> None:
+                 seconds_per_epoch: float = 3.0, costs: Costs | None = None, seed: int = 0,
+                 rack_interval: float = 0.5) -> None:
         self.n = ranks
         self.costs = costs or Costs()
         self.rng = random.Random(seed)
@@ -225,10 +221,10 @@ class ScaleSimulation:
                                        tick_interval=0.5, metrics_sink=SINK, form_group=False)
         self.relays: dict[str, _Relay] = {}
         for rack in range(self.racks):
-            self.relays[f"relay/r{rack}"] = _Relay(self, f"relay/r{rack}", COORD)
+            self.relays[f"relay/r{rack}"] = _Relay(self, f"relay/r{rack}", COORD, rack_interval)
         for host in range(self.hosts):
             up = f"relay/r{host // hosts_per_rack}" if racks else COORD
-            self.relays[f"relay/h{host}"] = relay = _Relay(self, f"relay/h{host}", up)
+            self.relays[f"relay/h{host}"] = relay = _Relay(self, f"relay/h{host}", up, 0.1)
             if racks:
                 for rank in range(host * RANKS_PER_HOST, min(ranks, (host + 1) * RANKS_PER_HOST)):
                     self.relays[up].host_of[rank] = relay.name
