@@ -356,8 +356,9 @@ class Coordinator(Actor):
             said.append(StartEpoch(epoch=self.epoch, partition_offset=offset, partition_size=size))
             said += [ExtendPartition(partition_offset=start, partition_size=n, epoch=self.epoch)
                      for start, n in r.slices[1:]]
-        if self.sync.in_progress and r.rank not in self.sync.acked and self.sync_said is not None:
-            said.append(self.sync_said)
+        if self.sync.in_progress:
+            if r.rank not in self.sync.acked and self.sync_said is not None:
+                said.append(self.sync_said)
         else:  # (while one is, its end tells every rank the global step)
             said.append(SetGlobalStep(global_step=self.global_step))
         if self.history:

@@ -426,3 +426,20 @@ def test_a_rank_whose_relay_is_up_says_nothing_again_once_the_cycle_closed_and_t
     p.receive(m.EpochAggregated(metrics=m.EpochMetrics(epoch=0, avg_loss=0.5, epoch_ms=1.0)), now=0.6)
     effects = p.receive(m.Down(name="relay/a", reason=m.DownReason.DEAD), now=1.0)
     assert [e for e in effects if isinstance(e, Send)] == []
+
+
+def test_a_rank_that_acked_the_cycle_in_progress_is_told_neither_it_nor_a_global_step_when_its_relay_dies() -> None:
+    """A global step told while a cycle runs is short of what the ranks that acked already averaged
+    (simulator --relays seeds 14989 and 19662: SetGlobalStep(94) after a reduce that covered 99)."""
+    h = coordinator({0: "relay/a", 1: "relay/a"})
+    h.advance(2.0)
+    h.deliver(report(0, 0, 1, 1), sender="relay/a")
+    h.deliver(m.Batch(rank=2, batch_ms=10.0, step_count=2, batch_loss=0.5), sender="worker/2")
+    h.deliver(m.Batch(rank=2, batch_ms=10.0, step_count=2, batch_loss=0.5), sender="worker/2")
+    cycle = h.actor.sync.cycle
+    assert h.actor.sync.in_progress
+    h.deliver(m.RelayReport(acks=[m.SyncAck(rank=0, step_count=2, covered=6, cycle=cycle)]), sender="relay/a")
+    h.take()
+    again = [(s.target, s.message) for s in h.down("relay/a", m.DownReason.DEAD, "status -9")]
+    assert [type(msg).__name__ for target, msg in again if target == "worker/0"] == ["StartEpoch"]
+    assert [type(msg).__name__ for target, msg in again if target == "worker/1"] == ["StartEpoch", "SyncNow"]
