@@ -270,7 +270,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="with --scale: how often a rack relay reports its ranks' batches (default 0.5 s)")
     p.add_argument("--epochs", type=_positive, default=3, metavar="E", help="with --scale: epochs (default 3)")
     p.add_argument("--message-us", type=float, metavar="US",
-                   help="with --scale: the coordinator's cost per message (default 25)")
+                   help="with --scale: the coordinator's cost per message (default 7)")
     p.add_argument("--entry-us", type=float, metavar="US",
                    help="with --scale: the coordinator's cost per report entry (default 1)")
     p.add_argument("--measure", action="store_true",

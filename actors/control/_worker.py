@@ -22,6 +22,7 @@ death record is written, and the process exits non-zero.
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import os
 import pathlib
@@ -226,7 +227,7 @@ class Worker:
             if not self.dataset_size:
                 raise InvalidArgument("batches(shuffle_seed=...) needs Worker(dataset_size=N): the permutation is "
                                       "of the whole data set")
-            order = epoch_order(self.dataset_size, shuffle_seed, plan.epoch)
+            order = epoch_order(self.dataset_size, shuffle_seed, plan.epoch, self.model is not None)
         p = self.protocol
         while p.current is plan and p.ended is None:
             while p.throttled and p.ended is None:  # ran ahead of its peers: until the next sync
@@ -477,11 +478,20 @@ class Worker:
 
 
 @functools.lru_cache(maxsize=2)
-def epoch_order(size: int, seed: int, epoch: int) -> list[int]:
+def epoch_order(size: int, seed: int, epoch: int, with_torch: bool = False) -> list[int]:
     """The order of the data set's ``size`` samples in ``epoch``: one permutation per (seed, epoch),
-    the same in every process (Python's own generator, seeded from the pair: no torch needed)."""
+    the same in every process.  ``with_torch`` (the Worker has a model: every rank of the run has
+    the same one, the join's signature says so, so every rank takes the same path): torch's CPU
+    generator, seeded from the pair (0.03 ms for 1,400 samples); else Python's own (0.31 ms: in
+    ``bench train`` a fifth of the trainer thread's time in actorwire calls)."""
+    key = f"actorwire-shuffle:{seed}:{epoch}"
+    if with_torch:
+        import torch
+
+        seed64 = int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "big") & (2**63 - 1)
+        return torch.randperm(size, generator=torch.Generator().manual_seed(seed64)).tolist()  # type: ignore[no-any-return]
     order = list(range(size))
-    random.Random(f"actorwire-shuffle:{seed}:{epoch}").shuffle(order)
+    random.Random(key).shuffle(order)
     return order
 
 
@@ -489,8 +499,6 @@ def _model_signature(model: Any) -> str:
     """Names, shapes and dtypes of the parameters, hashed: ranks with different models cannot join."""
     if model is None:
         return ""
-    import hashlib
-
     h = hashlib.sha256()
     for name, p in model.named_parameters():
         h.update(f"{name}:{tuple(p.shape)}:{p.dtype};".encode())

@@ -53,17 +53,19 @@ SINK = "main"
 class Costs:
     """What a process spends on a message: ``message_us`` for the message, ``entry_us`` per entry.
 
-    Measured on the 2-core VM (2026-12-05): the coordinator's ``message_us`` is one message through
-    the runtime's tell path at both ends (``actorwire bench bus``: ``bus.tell.ipc`` at about 40k
-    messages a second, so 25 us) and its ``entry_us`` the coordinator's handler per report entry,
-    timed on the test kit (``actorwire simulate --scale`` prints both; ``tests/actors/
-    test_simulate_scale.py`` re-measures the handler and checks the default is not below it).  A
-    relay does less per entry (it appends to columns): its ``entry_us`` is the ``RelayBuffer``'s.
+    Measured on the 2-core VM (2026-12-05).  ``message_us``: ``actorwire bench scale --workers 5000
+    --no-relay``, every rank straight to the coordinator, kept the coordinator's process at 0.446
+    cores for about 72,000 messages a second in and out (a batch at 10 Hz and a beat a second in, a
+    heartbeat twice a second and the sync cycles out), 6.2 us a message with its handler: 7.
+    ``entry_us``: the coordinator's handlers on the test kit took 0.46 us per batch or beat entry of
+    a ``RelayReport``, 0.23 us per rank of a broadcast ``Fanout``, 0.74 us per rank of an epoch's
+    plans and 1.8 us per ack with the cycle's close (``--measure`` times the first): 1.  A relay is
+    charged the same (it does less per entry: it appends to columns).
     """
 
-    coordinator_message_us: float = 25.0
+    coordinator_message_us: float = 7.0
     coordinator_entry_us: float = 1.0
-    relay_message_us: float = 25.0
+    relay_message_us: float = 7.0
     relay_entry_us: float = 1.0
     hop_us: float = 200.0
 
