@@ -760,7 +760,14 @@ class Coordinator(Actor):
         if len(back) >= self.settings.world_size:
             self._resume(ctx, back)
         elif now - since >= self.settings.restart_wait:
-            if back and len(back) >= self.settings.min_world_size:
+            if back and len(back) < 2 and self.settings.backend == "nccl" and self.settings.world_size > 1:
+                # NCCL forms no group of one: a lone rank back would train on alone (simulator
+                # --torchrun seed 11398: a restarted rank died again, one came back in time).
+                self._save_and_shutdown(ctx, SaveReason.SINGLE_SURVIVOR,
+                                        f"every rank was lost in epoch {self.epoch} and only rank "
+                                        f"{back[0].rank} came back within restart_wait "
+                                        f"{self.settings.restart_wait:g} s: an NCCL group needs two")
+            elif back and len(back) >= self.settings.min_world_size:
                 self._resume(ctx, back)
             else:
                 self._save_and_shutdown(ctx, SaveReason.ALL_RANKS_LOST,

@@ -449,3 +449,12 @@ def test_a_rank_throttled_while_its_idle_peers_wait_gets_the_next_sync() -> None
     faults, the run never ended)."""
     outcome = Simulation(313, relays=True).run()
     assert outcome.ended_by == "shutdown", outcome.line()
+
+
+def test_an_nccl_run_whose_restart_brings_back_one_rank_saves_rather_than_train_it_alone() -> None:
+    """Every rank lost, the launcher started them again, one died again before the run resumed: at
+    restart_wait the coordinator resumed with the one back, and an NCCL run trained on alone
+    (--torchrun seed 11398)."""
+    sim = Simulation(11398, torchrun=True)
+    outcome = sim.run()
+    assert outcome.ended_by == "single_survivor", outcome.line()
