@@ -30,6 +30,7 @@ cycle the time down the tree (the coordinator's ``SyncNow`` to the last rank tol
 from __future__ import annotations
 
 import dataclasses
+import functools
 import heapq
 import itertools
 import random
@@ -145,7 +146,7 @@ class _Relay:
         for i, rank in enumerate(fanout.ranks):
             message = fanout.messages[0 if one else i]
             self.buffer.told(rank, message)
-            sim.at(sim.now + sim.hop(), lambda rank=rank, message=message: sim.rank_told(rank, message))
+            sim.at(sim.now + sim.hop(), functools.partial(sim.rank_told, rank, message))
 
     def flush(self) -> None:
         if self.sim.done:
@@ -330,7 +331,7 @@ class ScaleSimulation:
                     if len(self.aggregated) == self.epochs:
                         self.done = True
                 continue
-            self.at(when, lambda target=sent.target, message=message: self.send(COORD, target, message))
+            self.at(when, functools.partial(self.send, COORD, sent.target, message))
 
     # -- the ranks ----------------------------------------------------------------------------
 
@@ -413,12 +414,12 @@ class ScaleSimulation:
         for rank in range(self.n):
             join = m.JoinRequest(rank=rank, world_size=self.n, run_id="scale", model_signature="s",
                                  relay=self.relay_of(rank))
-            self.at(self.rng.uniform(0.0, 1.0), lambda join=join: self.to_coordinator(
-                join, _names.worker(join.rank), correlation=10**9 + join.rank))
+            self.at(self.rng.uniform(0.0, 1.0), functools.partial(
+                self.to_coordinator, join, _names.worker(join.rank), correlation=10**9 + join.rank))
         for host in range(self.hosts):
             start = self.rng.uniform(0.0, 1.0 / RATE_HZ)
-            self.at(1.0 + start, lambda host=host: self.host_tick(host))
-            self.at(1.0 + start, lambda host=host: self.host_beat(host))
+            self.at(1.0 + start, functools.partial(self.host_tick, host))
+            self.at(1.0 + start, functools.partial(self.host_beat, host))
         deadline = 60.0 + 4 * self.epochs * self.seconds_per_epoch
         shown = 0
         while self._events and not self.done and self.now < deadline:
