@@ -224,10 +224,10 @@ class ScaleSimulation:
                                        tick_interval=0.5, metrics_sink=SINK, form_group=False)
         self.relays: dict[str, _Relay] = {}
         for rack in range(self.racks):
-            self.relays[f"relay/r{rack}"] = _Relay(self, f"relay/r{rack}", COORD, rack_interval)
+            self.relays[f"relay/rack{rack}"] = _Relay(self, f"relay/rack{rack}", COORD, rack_interval)
         for host in range(self.hosts):
-            up = f"relay/r{host // hosts_per_rack}" if racks else COORD
-            self.relays[f"relay/h{host}"] = relay = _Relay(self, f"relay/h{host}", up, 0.1)
+            up = f"relay/rack{host // hosts_per_rack}" if racks else COORD
+            self.relays[f"relay/host{host}"] = relay = _Relay(self, f"relay/host{host}", up, 0.1)
             if racks:
                 for rank in range(host * RANKS_PER_HOST, min(ranks, (host + 1) * RANKS_PER_HOST)):
                     self.relays[up].host_of[rank] = relay.name
@@ -269,7 +269,7 @@ class ScaleSimulation:
     def relay_of(self, rank: int) -> str:
         """What the rank names in its join: the relay the coordinator talks to for it."""
         host = rank // RANKS_PER_HOST
-        return f"relay/r{host // self._per_rack}" if self.racks else f"relay/h{host}"
+        return f"relay/rack{host // self._per_rack}" if self.racks else f"relay/host{host}"
 
     # -- the processes ------------------------------------------------------------------------
 
@@ -359,7 +359,7 @@ class ScaleSimulation:
             self.throttled[rank] = True
 
     def _host(self, rank: int) -> _Relay:
-        return self.relays[f"relay/h{rank // RANKS_PER_HOST}"]
+        return self.relays[f"relay/host{rank // RANKS_PER_HOST}"]
 
     def _due(self, rank: int) -> None:
         relay = self._host(rank)
@@ -370,7 +370,7 @@ class ScaleSimulation:
         """A tenth of a second on one host: each of its ranks with a plan trains a batch."""
         if self.done:
             return
-        relay = self.relays[f"relay/h{host}"]
+        relay = self.relays[f"relay/host{host}"]
         told = len(relay.buffer)
         for rank in range(host * RANKS_PER_HOST, min(self.n, (host + 1) * RANKS_PER_HOST)):
             if self.left[rank] > 0 and not self.throttled[rank]:
@@ -398,7 +398,7 @@ class ScaleSimulation:
     def host_beat(self, host: int) -> None:
         if self.done:
             return
-        relay = self.relays[f"relay/h{host}"]
+        relay = self.relays[f"relay/host{host}"]
         ranks = range(host * RANKS_PER_HOST, min(self.n, (host + 1) * RANKS_PER_HOST))
         for rank in ranks:
             relay.buffer.beat(rank)
@@ -441,14 +441,14 @@ class ScaleSimulation:
         up = [(self.closed[c] - self.acked[c]) * 1000 for c in self.closed if c in self.acked and c in self.reached]
         relays = [r for r in self.relays.values()]
         busiest = {kind: max((r.queue.busy for r in relays if r.name.startswith(kind)), default=0.0) / max(self.now, 1e-9)
-                   for kind in ("relay/h", "relay/r")}
+                   for kind in ("relay/host", "relay/rack")}
         lost = sum(1 for r in self.coordinator.ranks.values() if not r.alive)
         nominal = self.epochs * self.seconds_per_epoch
         return ScaleOutcome(
             ranks=self.n, hosts=self.hosts, racks=self.racks, seconds=self.now, epochs=len(self.aggregated),
             coordinator_msgs_per_s=(self.cq.messages - self._at_first_plan[0]) / max(span, 1e-9),
             coordinator_busy=(self.cq.busy - self._at_first_plan[1]) / max(span, 1e-9),
-            host_relay_busy=busiest["relay/h"], rack_relay_busy=busiest["relay/r"],
+            host_relay_busy=busiest["relay/host"], rack_relay_busy=busiest["relay/rack"],
             batch_rate=nominal / span if len(self.aggregated) == self.epochs and span > 0 else 0.0,
             aggregation_ms=aggregation, down_ms=down, up_ms=up, cycles=len(down), lost=lost)
 
