@@ -443,3 +443,32 @@ def test_a_rank_that_acked_the_cycle_in_progress_is_told_neither_it_nor_a_global
     again = [(s.target, s.message) for s in h.down("relay/a", m.DownReason.DEAD, "status -9")]
     assert [type(msg).__name__ for target, msg in again if target == "worker/0"] == ["StartEpoch"]
     assert [type(msg).__name__ for target, msg in again if target == "worker/1"] == ["StartEpoch", "SyncNow"]
+
+
+def test_a_worker_behind_a_live_relay_hears_the_coordinator_through_it_and_finishes_whole(system) -> None:  # type: ignore[no-untyped-def]
+    """The real runtime, the relay alive all along: the plans, syncs and the end reach the rank in the
+    relay's Fanout, its acks and reports come in the relay's report, and every epoch is trained.
+    (One rank: a Worker owns its process's runtime, and finish() shuts it down.)"""
+    from actorwire.actors.control._coordinator import Coordinator
+    from actorwire.actors.control._relay import Relay
+    from actorwire.actors.control._worker import Worker
+
+    coordinator = Coordinator(world_size=1, run_id=system.run_id, num_epochs=3, dataset_size=32, batch_size=4,
+                              sync_every=2, eval_every=0, final_eval=False)
+    system.spawn(coordinator, "coordinator")
+    system.spawn(Relay(interval=0.05), "relay/h0")
+    worker = Worker(system=system, rank=0, world_size=1, model_signature="s", join_timeout=10, relay="relay/h0")
+    epochs = []
+    while (plan := worker.next_plan(timeout=20)) is not None:
+        for _ in worker.batches(plan, 4):
+            worker.report_timing(batch_ms=1.0, batch_loss=0.5)
+        worker.report_epoch(plan)
+        epochs.append(plan.epoch)
+    # Never fell back: the relay carried it all (asked before finish(), whose Exiting lets the
+    # coordinator stop, and the relay after it).
+    assert worker.protocol.relay == "relay/h0" and coordinator.ranks[0].relay == "relay/h0"
+    worker.finish()
+    assert epochs == [0, 1, 2]
+    assert [h.epoch for h in coordinator.history] == [0, 1, 2]
+    assert sum(coordinator.history[-1].per_rank_samples) == 32
+    assert not coordinator.refused_from_live and not coordinator._dead_relays
