@@ -56,9 +56,9 @@ class Worker:
     ``dataset_size``, the samples this rank's data holds, is checked at the join: data shorter than
     the run's dataset is refused there, naming both sizes, instead of training empty slices.
 
-    ``relay`` names this host's :class:`~._relay.Relay`: ``Batch`` and ``Heartbeat`` go there, and
-    it tells the coordinator one report per interval for all the host's ranks (docs/control-plane.md,
-    "Relays").
+    ``relay`` names this host's :class:`~._relay.Relay`: ``Batch``, ``Heartbeat``, ``SyncAck`` and
+    ``MetricsMsg`` go there, it tells the coordinator one report for all the host's ranks, and the
+    coordinator tells this rank through it (docs/control-plane.md, "Relays").
 
     The decisions are :class:`~._rank.RankProtocol`'s (the same machine the ``GpuWorker`` actor and
     the simulator run); this class carries out its effects from the training thread.
