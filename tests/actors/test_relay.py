@@ -204,15 +204,17 @@ def test_a_rank_whose_relay_is_gone_reports_to_the_coordinator_itself() -> None:
     assert p.relay_gone("again") == []  # said once
 
 
-def test_a_worker_whose_relay_stops_mid_run_trains_every_epoch(system) -> None:  # type: ignore[no-untyped-def]
-    """The real runtime: the relay actor stops after the first epoch; the rank's next report to it
-    fails, it reports to the coordinator itself, and the run ends cleanly."""
+def _train_behind_a_relay(system, stop_relay_after_epoch_0: bool = False):  # type: ignore[no-untyped-def]
+    """A coordinator, a relay ``relay/h0`` and one real Worker behind it on ``system``, trained three
+    epochs (the relay stopped after the first, if asked); the Worker not finished yet.  Returns the
+    coordinator, the worker and the epochs it trained."""
     from actorwire.actors.control._coordinator import Coordinator
     from actorwire.actors.control._relay import Relay
     from actorwire.actors.control._worker import Worker
 
-    system.spawn(Coordinator(world_size=1, run_id=system.run_id, num_epochs=3, dataset_size=32, batch_size=4,
-                             sync_every=2, eval_every=0, final_eval=False), "coordinator")
+    coordinator = Coordinator(world_size=1, run_id=system.run_id, num_epochs=3, dataset_size=32, batch_size=4,
+                              sync_every=2, eval_every=0, final_eval=False)
+    system.spawn(coordinator, "coordinator")
     system.spawn(Relay(interval=0.05), "relay/h0")
     worker = Worker(system=system, rank=0, world_size=1, model_signature="s", join_timeout=10, relay="relay/h0")
     epochs = []
@@ -221,8 +223,15 @@ def test_a_worker_whose_relay_stops_mid_run_trains_every_epoch(system) -> None: 
             worker.report_timing(batch_ms=1.0, batch_loss=0.5)
         worker.report_epoch(plan)
         epochs.append(plan.epoch)
-        if plan.epoch == 0:
+        if stop_relay_after_epoch_0 and plan.epoch == 0:
             system.stop("relay/h0")
+    return coordinator, worker, epochs
+
+
+def test_a_worker_whose_relay_stops_mid_run_trains_every_epoch(system) -> None:  # type: ignore[no-untyped-def]
+    """The real runtime: the relay actor stops after the first epoch; the rank's next report to it
+    fails, it reports to the coordinator itself, and the run ends cleanly."""
+    _, worker, epochs = _train_behind_a_relay(system, stop_relay_after_epoch_0=True)
     worker.finish()
     assert epochs == [0, 1, 2] and worker.protocol.relay == ""
 
@@ -449,21 +458,7 @@ def test_a_worker_behind_a_live_relay_hears_the_coordinator_through_it_and_finis
     """The real runtime, the relay alive all along: the plans, syncs and the end reach the rank in the
     relay's Fanout, its acks and reports come in the relay's report, and every epoch is trained.
     (One rank: a Worker owns its process's runtime, and finish() shuts it down.)"""
-    from actorwire.actors.control._coordinator import Coordinator
-    from actorwire.actors.control._relay import Relay
-    from actorwire.actors.control._worker import Worker
-
-    coordinator = Coordinator(world_size=1, run_id=system.run_id, num_epochs=3, dataset_size=32, batch_size=4,
-                              sync_every=2, eval_every=0, final_eval=False)
-    system.spawn(coordinator, "coordinator")
-    system.spawn(Relay(interval=0.05), "relay/h0")
-    worker = Worker(system=system, rank=0, world_size=1, model_signature="s", join_timeout=10, relay="relay/h0")
-    epochs = []
-    while (plan := worker.next_plan(timeout=20)) is not None:
-        for _ in worker.batches(plan, 4):
-            worker.report_timing(batch_ms=1.0, batch_loss=0.5)
-        worker.report_epoch(plan)
-        epochs.append(plan.epoch)
+    coordinator, worker, epochs = _train_behind_a_relay(system)
     # Never fell back: the relay carried it all (asked before finish(), whose Exiting lets the
     # coordinator stop, and the relay after it).
     assert worker.protocol.relay == "relay/h0" and coordinator.ranks[0].relay == "relay/h0"
