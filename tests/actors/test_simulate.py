@@ -451,6 +451,15 @@ def test_a_rank_throttled_while_its_idle_peers_wait_gets_the_next_sync() -> None
     assert outcome.ended_by == "shutdown", outcome.line()
 
 
+def test_a_rank_dying_in_an_old_group_fails_no_reduce_of_the_new_one() -> None:
+    """A rank long lost from the run, still in the group of before, was killed while the survivors
+    reduced in their new group: the simulated gloo failed one survivor's reduce there too, the other
+    completed it with that survivor's steps, and the next reduce counted them again
+    (--relays seed 2744: SetGlobalStep(62) after a reduce that covered 59 steps)."""
+    outcome = Simulation(2744, relays=True).run()
+    assert outcome.ended_by == "shutdown", outcome.line()
+
+
 def test_an_nccl_run_whose_restart_brings_back_one_rank_saves_rather_than_train_it_alone() -> None:
     """Every rank lost, the launcher started them again, one died again before the run resumed: at
     restart_wait the coordinator resumed with the one back, and an NCCL run trained on alone

@@ -277,12 +277,13 @@ class SimRank:
 
     def leave_group(self, abort: bool = True) -> None:
         """Leave the group; ``abort``: the members' collective in progress fails now (gloo, or an
-        abort), else it waits for its own timeout or abort (a dead NCCL peer)."""
+        abort), else it waits for its own timeout or abort (a dead NCCL peer).  Only the collectives
+        of this group: a member that has since moved to a newer group is in that group's reduce."""
         group = self.group
         if group is not None:
             group.broken = True
             for member in group.members.values():
-                if abort and member.syncing is not None:
+                if abort and member.syncing is not None and member.group is group:
                     member.fail_reduce(member.syncing)
         self.group = None
 
