@@ -42,6 +42,11 @@ class GlooCommunicator:
         return self._group
 
     @property
+    def formation_timeout_s(self) -> float:
+        """How long ``init`` waits for the group's other members (the store's timeout)."""
+        return self.timeout.total_seconds()
+
+    @property
     def world_size(self) -> int:
         return self._world
 
@@ -65,6 +70,7 @@ class GlooCommunicator:
         import torch.distributed as dist
 
         self.abort()
+        _fresh_group_name()
         _pin_gloo_interface(self.address())
         try:
             host, port = uid.decode().rsplit(":", 1)
@@ -110,6 +116,23 @@ class GlooCommunicator:
             except Exception:  # a broken group may fail to tear down cleanly; it is gone either way
                 pass
         self._group = False
+
+
+def _fresh_group_name() -> None:
+    """Name the next default group as a process that formed none before would.
+
+    torch names it after a count of ``init_process_group`` calls (the keys its members meet at in
+    the store: ``/<count>//cpu//...``), and only destroying a formed group resets the count.  A
+    failed formation leaves it one higher: a rank that failed an attempt its peer never tried (the
+    peer found the session stale, or served only the newest) waited at other keys than its peer's,
+    and every later formation failed for both.  Each attempt has a store of its own, so the same
+    name in every attempt cannot meet an older one's keys.  ``_world.group_count`` is torch's
+    private counter; a torch without it (renamed) leaves the count alone."""
+    from torch.distributed import distributed_c10d
+
+    world = getattr(distributed_c10d, "_world", None)
+    if world is not None and hasattr(world, "group_count") and not distributed_c10d.is_initialized():
+        world.group_count = 0
 
 
 def _interface_for(address: str) -> str | None:
