@@ -25,6 +25,8 @@ input                      effects
 ``receive(Throttle)``       nothing; the rank takes no batch (``can_train`` is false) until its next
                             sync completes: it ran ahead of its peers (``SyncCadence.lead_bound``)
 ``receive(NewNcclSession)`` :class:`FormGroup`; ``group_formed()``: nothing, or ``SessionFailed``
+                            (also without trying, when the session waited in the inbox past
+                            half the formation timeout: :func:`late_for_group`)
 ``receive(RequestNewNcclId)`` :class:`MakeGroupId`; ``group_id_made()``: ``NewNcclIdGenerated``
 ``receive(ExecuteEval)``    :class:`Evaluate`; ``evaluated()`` sends the result
 ``receive(Checkpoint)``     :class:`SaveCheckpoint`; ``checkpointed()`` sends the result
@@ -134,6 +136,21 @@ class FormGroup:
     """Join the process group ``session`` names; then call ``group_formed``."""
 
     session: NewNcclSession
+
+
+def late_for_group(waited: float, timeout: float | None) -> str | None:
+    """Why a session that waited ``waited`` s in the inbox is not joined, or None to join it.
+
+    Its peers began forming the group when it came and give up after ``timeout``; this rank's
+    training thread was away (a long step, a frozen thread).  Past half of it, the rank says at once
+    that it could not join: one that comes near the end fails the formation for every member (gloo:
+    the store's rendezvous passes, then the full-mesh connect is refused as the others give up), and
+    the coordinator re-forms only once every member gave up, so each late join cost a timeout more
+    (the fault matrix's ``join-hang``: 67 s against 25 s)."""
+    if timeout is None or waited <= timeout / 2:
+        return None
+    return (f"the session waited {waited:.1f} s in the inbox, past half the formation timeout ({timeout:g} s): "
+            "its peers are near giving up")
 
 
 @dataclasses.dataclass(frozen=True, slots=True)

@@ -187,16 +187,21 @@ def run_checkpoint(rank: int, msg: Checkpoint, fn: Callable[[int], str | None] |
 def carry_out(effect: _rank.Effect, protocol: _rank.RankProtocol, comm: Communicator | None, *,
               parameters: Callable[[], list[Any]], evaluate: Callable[[int], float] | None,
               checkpoint: Callable[[int], str | None] | None, now: Callable[[], float],
-              optimizer: Any = None) -> list[_rank.Effect] | None:
+              optimizer: Any = None, received_at: float | None = None) -> list[_rank.Effect] | None:
     """Carry out one of the effects every real rank runs the same way (the all-reduce, forming a group,
     making its id, an abort, an eval, a checkpoint), in the calling thread; the protocol's answer
     to its result comes back.  None for the effects the driver carries out itself (``Send``,
-    ``Log``, ``Ended``, ``RunEpochFn``): how it talks and leaves is its own."""
+    ``Log``, ``Ended``, ``RunEpochFn``): how it talks and leaves is its own.  ``received_at``: when
+    the message being served came into the inbox (``time.monotonic``), for a session that waited
+    too long to be joined (:func:`~._rank.late_for_group`)."""
     if isinstance(effect, _rank.AllReduce):
         error, covered = all_reduce(comm, parameters(), effect.weight, effect.steps, optimizer)
         return protocol.sync_done(effect.cycle, error, now(), covered)
     if isinstance(effect, _rank.FormGroup):
-        return protocol.group_formed(effect.session.attempt, form_group(comm, effect.session), now())
+        late = None
+        if received_at is not None:
+            late = _rank.late_for_group(now() - received_at, getattr(comm, "formation_timeout_s", None))
+        return protocol.group_formed(effect.session.attempt, late or form_group(comm, effect.session), now())
     if isinstance(effect, _rank.MakeGroupId):
         if comm is None:
             # No communicator, nothing to form (joining the group is a no-op here): a nominal id

@@ -436,7 +436,7 @@ class Worker:
             while (item := self.inbox.poll()) is not None:
                 items.append(item)
             for item in _rank.current(items, lambda item: item.message):
-                self._run(self._receive(item))
+                self._run(self._receive(item), item.received_at)
             first = self.inbox.poll()
 
     def _receive(self, item: Any) -> list[Effect]:
@@ -447,12 +447,13 @@ class Worker:
     def _parameters(self) -> list[Any]:
         return list(self.model.parameters()) if self.model is not None else []
 
-    def _run(self, effects: list[Effect]) -> None:
+    def _run(self, effects: list[Effect], received_at: float | None = None) -> None:
+        """Carry out ``effects``; ``received_at``: when the message they answer came in."""
         p = self.protocol
         for effect in effects:
             now = time.monotonic
             more = carry_out(effect, p, self.comm, parameters=self._parameters, evaluate=self.eval_fn,
-                             checkpoint=self.checkpoint_fn, now=now, optimizer=self.optimizer)
+                             checkpoint=self.checkpoint_fn, now=now, optimizer=self.optimizer, received_at=received_at)
             if more is not None:
                 self._run(more)
             elif isinstance(effect, _rank.Send):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeVar
 
@@ -21,6 +22,8 @@ class Received(NamedTuple):
     message: Message
     envelope: Envelope
     source: str | None
+    #: When it came into the inbox (``time.monotonic()`` of this process).
+    received_at: float = 0.0
 
     @property
     def sender(self) -> str:
@@ -38,18 +41,23 @@ class Inbox:
         self.name = name
         self._system = system
         self._node = system._node
-        self._mailbox: Mailbox[tuple[Envelope, Message, str | None]] = Mailbox(system.config.mailbox_capacity)
+        self._mailbox: Mailbox[tuple[Envelope, Message, str | None, float]] = Mailbox(system.config.mailbox_capacity)
 
     def _deliver(self, envelope: Envelope, message: Message, source: str | None, timeout: float | None) -> bool:
-        return self._mailbox.put((envelope, message, source), timeout)
+        return self._mailbox.put((envelope, message, source, time.monotonic()), timeout)
 
-    def _take(self, item: tuple[Envelope, Message, str | None] | None) -> Received | None:
+    def _deliver_many(self, items: list[tuple[Envelope, Message, str | None]]) -> None:
+        """The I/O thread's bulk path: a run that arrived together, stamped with one clock read."""
+        at = time.monotonic()
+        self._mailbox.put_many([(envelope, message, source, at) for envelope, message, source in items])
+
+    def _take(self, item: tuple[Envelope, Message, str | None, float] | None) -> Received | None:
         if item is None:
             return None
-        envelope, message, source = item
+        envelope, message, source, at = item
         if source is not None:
             self._node.handled(source, envelope)
-        return Received(message, envelope, source)
+        return Received(message, envelope, source, at)
 
     def poll(self) -> Received | None:
         """The oldest message, or None at once if there is none."""

@@ -303,7 +303,7 @@ class ActorSystem:
         """A named mailbox for the calling user thread."""
         self._check_open()
         inbox = Inbox(self, name)
-        self._node.add_local(name, inbox._deliver, deliver_many=inbox._mailbox.put_many)
+        self._node.add_local(name, inbox._deliver, deliver_many=inbox._deliver_many)
         self._inboxes[name] = inbox
         return inbox
 

@@ -8,8 +8,10 @@ from typing import Any
 import pytest
 import torch
 
-from actorwire.actors.control._rank_ops import weighted_average
-from actorwire.transport.comm import CommError
+from actorwire import messages as m
+from actorwire.actors.control import _rank
+from actorwire.actors.control._rank_ops import carry_out, weighted_average
+from actorwire.transport.comm import CommError, GlooCommunicator
 
 
 class _Sum:
@@ -168,3 +170,39 @@ def test_the_weighted_average_over_real_nccl_on_the_gpu() -> None:
             weighted_average(c, list(m.parameters()), 0, 5)
     finally:
         c.close()
+
+
+# -- a group session that waited too long in the inbox -----------------------------------------
+
+
+def test_a_session_that_waited_past_half_the_formation_timeout_is_refused_without_trying() -> None:
+    """A rank whose training thread was away (frozen 15 s after its join, in the fault matrix) found
+    a session its peers began 7 s before, with an 8 s timeout: it joined, its peers gave up as it
+    connected (gloo: connection refused), and the run re-formed twice (67 s against 25 s)."""
+    assert _rank.late_for_group(3.9, 8.0) is None
+    assert _rank.late_for_group(4.1, 8.0) is not None and "8 s" in _rank.late_for_group(4.1, 8.0)  # type: ignore[operator]
+    assert _rank.late_for_group(1000.0, None) is None  # a communicator that does not say its timeout
+
+    class Comm:
+        formation_timeout_s = 8.0
+        inits: list[int] = []
+
+        def init(self, uid: bytes, rank: int, world_size: int) -> None:
+            self.inits.append(rank)
+
+    session = m.NewNcclSession(uid=b"g2", new_rank=1, new_world_size=3, attempt=2)
+    protocol = _rank.RankProtocol(1, 3)
+    clock = [100.0]
+
+    def run(received_at: float | None) -> list[Any]:
+        out = carry_out(_rank.FormGroup(session), protocol, Comm(), parameters=list, evaluate=None,  # type: ignore[arg-type]
+                        checkpoint=None, now=lambda: clock[0], received_at=received_at)
+        assert out is not None
+        return out
+
+    late = run(received_at=93.0)
+    assert Comm.inits == [] and [type(e.message) for e in late if isinstance(e, _rank.Send)] == [m.SessionFailed]
+    assert "waited 7.0 s" in next(e.message.reason for e in late if isinstance(e, _rank.Send))
+    assert run(received_at=97.0) == [] and Comm.inits == [1]  # fresh: joined
+    assert run(received_at=None) == [] and Comm.inits == [1, 1]  # no stamp: joined
+    assert GlooCommunicator(timeout_s=8).formation_timeout_s == 8.0

@@ -180,6 +180,22 @@ def test_inbox_poll_never_blocks_and_get_waits(system: ActorSystem) -> None:
     assert list(inbox.drain()) == []
 
 
+def test_an_inbox_item_says_when_it_came_in(system: ActorSystem) -> None:
+    """``Received.received_at``: the moment the I/O thread put it in the inbox (``time.monotonic``),
+    not when the user's thread took it: a Worker tells by it a group session that waited too long."""
+    import time
+
+    inbox = system.inbox("trainer")
+    before = time.monotonic()
+    system.tell("trainer", m.Heartbeat(rank=1))  # a local tell is delivered in the caller's thread
+    envelope = m.Envelope(sender="coordinator", target="trainer", seq=1)
+    inbox._deliver_many([(envelope, m.Heartbeat(rank=2), None)])  # the I/O thread's bulk path
+    delivered = time.monotonic()
+    first, second = inbox.get(timeout=5), inbox.get(timeout=5)
+    assert first is not None and second is not None and second.message == m.Heartbeat(rank=2)
+    assert before <= first.received_at <= second.received_at <= delivered
+
+
 class Setter(Actor):
     """Starts timer ``k<cycle>`` with the delay ``DELAYS[cycle]``; tells ``main`` each firing."""
 

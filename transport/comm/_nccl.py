@@ -93,6 +93,11 @@ class NcclCommunicator:
         return self._comm is not None and self._unhealthy is None
 
     @property
+    def formation_timeout_s(self) -> float:
+        """How long ``init`` waits for the group's other members."""
+        return self.init_timeout_s
+
+    @property
     def healthy(self) -> bool:
         return self.ready
 

@@ -35,6 +35,10 @@ class Communicator(Protocol):
     @property
     def world_size(self) -> int: ...
 
+    # Optional: ``formation_timeout_s`` (float), how long ``init`` waits for the other members.  A
+    # rank that finds a session waited past half of it in its inbox says at once that it could not
+    # join rather than arrive as its peers give up (``actors.control._rank.late_for_group``).
+
     def new_unique_id(self) -> bytes:
         """Create the rendezvous point of the next group (this rank hosts it)."""
 

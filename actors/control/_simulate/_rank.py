@@ -59,6 +59,9 @@ class SimRank:
         # timeout): what arrives meanwhile waits in its inbox.
         self.blocked = False
         self.backlog: list[m.Message] = []
+        #: When each group session came in (uid, attempt): one that waited past half the formation
+        #: timeout is not joined (``_rank.late_for_group``, as the Worker does).
+        self.session_came: dict[tuple[bytes, int], float] = {}
         self.trained: dict[int, set[int]] = {}  # epoch -> samples
         self.ended_at: float | None = None  # when its process ended
         #: Every process starts from an initialisation of its own (as ranks seeded differently do).
@@ -101,7 +104,13 @@ class SimRank:
             elif isinstance(effect, _rank.AllReduce):
                 self.enter_reduce(effect.cycle, effect.weight)
             elif isinstance(effect, _rank.FormGroup):
-                self.join_group(effect.session)
+                session = effect.session
+                came = self.session_came.pop((session.uid, session.attempt), self.sim.now)
+                late = _rank.late_for_group(self.sim.now - came, FORMATION_TIMEOUT)
+                if late is None:
+                    self.join_group(session)
+                else:
+                    self.run(p.group_formed(session.attempt, late, self.sim.now))
             elif isinstance(effect, _rank.MakeGroupId):
                 self.later(0.01, functools.partial(self._id_made, effect.attempt))
             elif isinstance(effect, _rank.AbortGroup):
@@ -164,6 +173,8 @@ class SimRank:
         if self.sim.now < self.paused_until:
             self.sim.at(self.paused_until, lambda: self.receive(message))
             return
+        if isinstance(message, m.NewNcclSession):  # stamped as it comes in (a stopped process: as it goes on)
+            self.session_came.setdefault((message.uid, message.attempt), self.sim.now)
         if self.blocked or self.busy:  # served between two batches, as the real drivers do
             self.backlog.append(message)
             return
