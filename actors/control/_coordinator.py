@@ -18,7 +18,6 @@ import dataclasses
 import functools
 import json
 import pathlib
-import typing
 from collections.abc import Callable
 from typing import Any
 
@@ -40,6 +39,7 @@ from actorwire.actors.control._ledger import (
 )
 from actorwire.actors.control._phases import ACCEPTED, Event, Phase, next_phase
 from actorwire.actors.control._roles import Roles
+from actorwire.actors.control._routes import Relays
 from actorwire.actors.control._sync import SyncCadence
 from actorwire.actors.runtime._actor import Actor, EffectsAdapter, effects_name, handler
 from actorwire.actors.runtime._context import Context
@@ -62,7 +62,6 @@ from actorwire.messages import (
     ExecuteEval,
     Exiting,
     ExtendPartition,
-    Fanout,
     GroupFormed,
     Heartbeat,
     Intent,
@@ -93,12 +92,8 @@ from actorwire.messages import (
     TimerFired,
     WriteMeta,
 )
-from actorwire.messages.kinds._control import ToRank
 from actorwire.transport import ActorDead, UnknownActor
 from actorwire.transport.internal import InvalidArgument
-
-#: What a rank behind a relay is told through it (``Fanout.messages``).
-_FANNED = frozenset(typing.get_args(ToRank))
 
 _CASCADE_S = 5.0  # every rank lost within this long: a launcher stopped them, not deaths of their own
 
@@ -204,8 +199,7 @@ class Coordinator(Actor):
         #: Too few ranks left (and restart_wait set): the end this would be, why, and since when.
         self._ending: tuple[SaveReason, str, float] | None = None
         #: Relays the ranks named (watched), and those that died: their ranks are told directly.
-        self._relays: set[str] = set()
-        self._dead_relays: set[str] = set()
+        self.relays = Relays()
         #: What was told last that a rank behind a relay that died is told again (``_state_of``).
         self.sync_said: SyncNow | None = None
         self._final_eval_said: ExecuteEval | None = None
@@ -305,40 +299,29 @@ class Coordinator(Actor):
         """Tell each rank its message: those behind a relay in one ``Fanout`` per relay (one message
         when they all get the same), the others one by one.  Every tell to a rank behind a relay goes
         through it, so a rank hears the coordinator in the order told."""
-        fans: dict[str, tuple[list[int], list[Message]]] = {}
-        for r, message in told:
-            if not r.relay or type(message) not in _FANNED:
-                try:
-                    ctx.tell(r.name, message)
-                except (ActorDead, UnknownActor):
-                    pass
-                continue
-            ranks, messages = fans.setdefault(r.relay, ([], []))
-            ranks.append(r.rank)
-            messages.append(message)
-        for relay, (ranks, messages) in fans.items():
-            first = messages[0]
-            same = all(message is first for message in messages)
+        direct, fans = self.relays.fan(told)
+        for r, message in direct:
             try:
-                ctx.tell(relay, Fanout(ranks=ranks, messages=[first] if same else messages))
+                ctx.tell(r.name, message)
+            except (ActorDead, UnknownActor):
+                pass
+        for fan in fans:
+            try:
+                ctx.tell(fan.relay, fan.fanout)
             except (ActorDead, UnknownActor) as exc:
-                self._relay_lost(ctx, relay, str(exc))  # tells them directly, what it may have lost first
-                self._tell_each(ctx, [(self.ranks[rank], message)
-                                      for rank, message in zip(ranks, [first] * len(ranks) if same else messages)])
+                self._relay_lost(ctx, fan.relay, str(exc))  # tells them directly, what it may have lost first
+                self._tell_each(ctx, fan.tells)
 
     def _relay_lost(self, ctx: Context, relay: str, why: str) -> None:
         """A relay died: its ranks are told directly from now on, and what it may have held for them
         is told again (each rank takes what it was told once: ``RankProtocol.receive``); their
         reports through it are no longer taken (they send straight, and send again what the relay
         may have lost: ``RankProtocol.relay_gone``)."""
-        if relay in self._dead_relays:
+        behind = self.relays.lost(relay, self.ranks.values())
+        if behind is None:
             return
-        self._dead_relays.add(relay)
-        behind = [r for r in self.ranks.values() if r.relay == relay]
         ctx.log.warning("a relay is gone; its ranks are told directly", relay=relay, why=why,
                         ranks=len(behind))
-        for r in behind:
-            r.relay = ""
         for r in sorted(behind, key=lambda r: r.rank):
             if r.alive and not r.exited:
                 for message in self._state_of(r):
@@ -475,17 +458,16 @@ class Coordinator(Actor):
     def _watch_relay(self, ctx: Context, relay: str, rank: int) -> str:
         """The relay a joining rank named, watched (its death is a fault the coordinator handles); ""
         for one that is not a registered actor, or died: the rank is told directly."""
-        if not relay or relay in self._relays and relay not in self._dead_relays:
-            return relay
-        if relay in self._dead_relays:
-            return ""
+        what = self.relays.named(relay)
+        if what != "watch":
+            return relay if what == "use" else ""
         try:
             ctx.watch(relay)
         except (UnknownActor, ActorDead) as exc:
             ctx.log.warning("a rank named a relay that is not there; it is told directly", rank=rank,
                             relay=relay, error=str(exc))
             return ""
-        self._relays.add(relay)
+        self.relays.watching(relay)
         return relay
 
     @handler
@@ -609,7 +591,7 @@ class Coordinator(Actor):
     @handler
     @_phased
     def on_down(self, msg: Down, ctx: Context) -> None:
-        if msg.name in self._relays:
+        if self.relays.is_relay(msg.name):
             self._relay_lost(ctx, msg.name, f"{msg.reason.value}: {msg.detail}")
             return
         rank = self.by_name.get(msg.name)

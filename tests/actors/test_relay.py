@@ -466,4 +466,4 @@ def test_a_worker_behind_a_live_relay_hears_the_coordinator_through_it_and_finis
     assert epochs == [0, 1, 2]
     assert [h.epoch for h in coordinator.history] == [0, 1, 2]
     assert sum(coordinator.history[-1].per_rank_samples) == 32
-    assert not coordinator.refused_from_live and not coordinator._dead_relays
+    assert not coordinator.refused_from_live and not coordinator.relays.dead
