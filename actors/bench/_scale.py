@@ -275,6 +275,7 @@ def run_one(workers: int, *, relay: bool, processes: int, epochs: int, seconds_p
     nominal_ms = seconds_per_epoch * 1000
     slowest = max(epoch_ms) if epoch_ms else float("inf")
     span = (max(arrived.values()) - first_start) if arrived and first_start is not None else float("inf")
+    start = first_start - wall0 if first_start is not None else float("inf")
     rate = (epochs * seconds_per_epoch) / span if complete and span > 0 else 0.0
     latencies = [(arrived[e] - last_metrics[e]) * 1000 for e in arrived if e in last_metrics]
     median = statistics.median(latencies) if latencies else float("inf")
@@ -298,6 +299,8 @@ def run_one(workers: int, *, relay: bool, processes: int, epochs: int, seconds_p
         Result.against(f"{k}.coordinator_cpu", cores, "cores", None, f"target < 1; saturated first: {saturated}"),
         Result.against(f"{k}.busiest_sim_cpu", busiest, "cores", None, "the most loaded simulator process"),
         Result.against(f"{k}.epoch_ms", slowest, "ms", nominal_ms, "slowest epoch against nominal (10 Hz)"),
+        Result.against(f"{k}.start_s", start, "s", None, "from launching the simulators to the first epoch: "
+                       "their start-up and every rank's join (straight to the coordinator, relay or not)"),
     ]
     return rows, sustained, note
 
