@@ -39,7 +39,7 @@ from actorwire.actors.control._ledger import (
 )
 from actorwire.actors.control._phases import ACCEPTED, Event, Phase, next_phase
 from actorwire.actors.control._roles import Roles
-from actorwire.actors.control._routes import Relays
+from actorwire.actors.control._routes import RelayFan, Relays
 from actorwire.actors.control._sync import SyncCadence
 from actorwire.actors.runtime._actor import Actor, EffectsAdapter, effects_name, handler
 from actorwire.actors.runtime._context import Context
@@ -281,7 +281,7 @@ class Coordinator(Actor):
         return self._live
 
     def _tell_all(self, ctx: Context, message: Message) -> None:
-        self._tell_each(ctx, [(r, message) for r in self.alive()])
+        self._broadcast(ctx, self.alive(), message)
 
     def _tell(self, ctx: Context, r: RankState, message: Message) -> None:
         """Tell one rank; one that went down a moment ago is skipped: its Down is on the way and is
@@ -305,12 +305,26 @@ class Coordinator(Actor):
                 ctx.tell(r.name, message)
             except (ActorDead, UnknownActor):
                 pass
+        self._tell_fans(ctx, fans)
+
+    def _broadcast(self, ctx: Context, ranks: list[RankState], message: Message) -> None:
+        """``_tell_each`` of one message to each of ``ranks`` (a list the coordinator keeps: its
+        grouping by relay is kept with it, ``Relays.broadcast``)."""
+        direct, fans = self.relays.broadcast(ranks, message)
+        for r in direct:
+            try:
+                ctx.tell(r.name, message)
+            except (ActorDead, UnknownActor):
+                pass
+        self._tell_fans(ctx, fans)
+
+    def _tell_fans(self, ctx: Context, fans: list[RelayFan[RankState]]) -> None:
         for fan in fans:
             try:
                 ctx.tell(fan.relay, fan.fanout)
             except (ActorDead, UnknownActor) as exc:
                 self._relay_lost(ctx, fan.relay, str(exc))  # tells them directly, what it may have lost first
-                self._tell_each(ctx, fan.tells)
+                self._tell_each(ctx, fan.tells())
 
     def _relay_lost(self, ctx: Context, relay: str, why: str) -> None:
         """A relay died: its ranks are told directly from now on, and what it may have held for them
@@ -537,7 +551,7 @@ class Coordinator(Actor):
         now = ctx.now()
         if self.phase is Phase.JOINING:
             beat = CoordHeartbeat(seq=msg.count)
-            self._tell_each(ctx, [(r, beat) for r in self.alive()])
+            self._broadcast(ctx, self.alive(), beat)
             self._check_silence(ctx, now, self.alive())
             if self.phase is Phase.JOINING and self._restart_since is not None:
                 self._maybe_begin(ctx)  # ends the run once restart_wait has passed without enough ranks
@@ -554,7 +568,7 @@ class Coordinator(Actor):
             # One by one (``_tell_each`` skips a rank that just went down): a broadcast raised at the
             # first rank that had just gone down, and the rest of the tick did not run.
             beat = CoordHeartbeat(seq=msg.count)
-            self._tell_each(ctx, [(r, beat) for r in self._reachable()])
+            self._broadcast(ctx, self._reachable(), beat)
             self._check_silence(ctx, now, self._reachable())
             self._check_rendezvous_timeout(ctx, now)
             self._maybe_reform(ctx)
@@ -572,7 +586,7 @@ class Coordinator(Actor):
             self._save_and_shutdown(ctx, self._unrecoverable() or reason, detail)  # not every rank went
         if self.phase is Phase.RESTARTING:
             beat = CoordHeartbeat(seq=msg.count)
-            self._tell_each(ctx, [(r, beat) for r in self._reachable()])
+            self._broadcast(ctx, self._reachable(), beat)
             self._maybe_resume(ctx, now)
         if self.phase is Phase.STOPPING and self.shutdown_at is not None:
             if not self._in_run_count or now - self.shutdown_at > self.settings.exit_grace:
@@ -1250,7 +1264,7 @@ class Coordinator(Actor):
         self.shutdown_at = ctx.now()
         self._end_message = Shutdown()
         # a rank that rejoined during the last epoch leaves too
-        self._tell_each(ctx, [(r, self._end_message) for r in self._reachable()])
+        self._broadcast(ctx, self._reachable(), self._end_message)
 
     def _save_and_shutdown(self, ctx: Context, reason: SaveReason, detail: str = "") -> None:
         if self.saved is not None or self.phase is Phase.STOPPING:
@@ -1264,7 +1278,7 @@ class Coordinator(Actor):
                                                         text=json.dumps(meta, indent=2, sort_keys=True) + "\n"))
         message = ShutdownWithSave(reason=reason, detail=detail)
         self._end_message = message
-        self._tell_each(ctx, [(r, message) for r in self._reachable()])
+        self._broadcast(ctx, self._reachable(), message)
         self._sink(ctx, message)  # the user's view of the run says why it ended
         self._move(Event.CANNOT_GO_ON)
         self.shutdown_at = ctx.now()
