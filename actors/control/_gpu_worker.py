@@ -104,6 +104,9 @@ class GpuWorker(Actor):
         #: A batch is in the adapter: control messages wait for it (``held``).
         self.training = False
         self.held: list[Message] = []
+        #: When each group session came (uid, attempt): one served after waiting past half the
+        #: formation timeout (held behind a long batch, or in the adapter's mailbox) is refused.
+        self.session_came: dict[tuple[bytes, int], float] = {}
         #: An all-reduce or a group formation is in the adapter: no batch starts before its outcome.
         self.collective = False
 
@@ -204,6 +207,8 @@ class GpuWorker(Actor):
     def on_control(self, msg: StartEpoch | ExtendPartition | SyncNow | SetGlobalStep | SetEpochCallbackRole
                    | EpochAggregated | EvalBroadcast | ExecuteEval | Checkpoint | RequestNewNcclId | NewNcclSession
                    | DeclareDead | Shutdown | ShutdownWithSave | CoordHeartbeat, ctx: Context) -> None:
+        if isinstance(msg, NewNcclSession):
+            self.session_came.setdefault((msg.uid, msg.attempt), ctx.now())
         if self.training:  # between two batches, as when a batch was one handler run
             self.held.append(msg)
             return
@@ -313,6 +318,9 @@ class GpuWorker(Actor):
         p = self.protocol
         for effect in effects:
             request = _request(effect)
+            if isinstance(request, JoinGroup):
+                key = (request.session.uid, request.session.attempt)
+                request = JoinGroup(session=request.session, asked_at=self.session_came.pop(key, ctx.now()))
             if request is not None:
                 if isinstance(request, (AllReduceParams, JoinGroup)):
                     self.collective = True
@@ -394,7 +402,10 @@ class GpuWorkerEffects(EffectsAdapter):
     def on_join_group(self, msg: JoinGroup, ctx: Context) -> None:
         if not self.obeys(ctx):
             return
-        error = form_group(self.worker.comm, msg.session)
+        late = None
+        if msg.asked_at:
+            late = _rank.late_for_group(ctx.now() - msg.asked_at, getattr(self.worker.comm, "formation_timeout_s", None))
+        error = late or form_group(self.worker.comm, msg.session)
         ctx.tell(self.owner, GroupJoined(attempt=msg.session.attempt, error=error))
 
     @handler

@@ -270,9 +270,11 @@ class ParamsReduced(Message, frozen=True, tag="params_reduced"):
 
 
 class JoinGroup(Message, frozen=True, tag="join_group"):
-    """Form the process group ``session`` describes."""
+    """Form the process group ``session`` describes; ``asked_at``: when the session came to the rank
+    (its ``ctx.now()``; 0: not known), so that one that waited too long is refused, not joined."""
 
     session: NewNcclSession
+    asked_at: float = 0.0
 
 
 class GroupJoined(Message, frozen=True, tag="group_joined"):

@@ -219,3 +219,45 @@ def test_an_actor_worker_whose_relay_is_gone_reports_to_the_coordinator_itself()
     out = [(s.target, type(s.message).__name__) for s in h.deliver(m.Throttle(), sender="worker/0")]
     assert ("coordinator", "Batch") in out and not h.ctx.stopped
     assert h.actor.protocol.relay == ""
+
+
+def test_a_group_session_held_behind_a_long_batch_is_refused_in_the_adapter_not_joined() -> None:
+    """The Worker's rule (``_rank.late_for_group``) for the actor worker: a session that came while
+    a batch trained is held, and ``JoinGroup`` carries when it came; the adapter refuses one that
+    waited past half the communicator's formation timeout, and forms a fresh one."""
+    from _actors import LinearWorker
+
+    from actorwire.actors.control._gpu_worker import GpuWorkerEffects
+
+    h = ActorHarness(LinearWorker(rank=0, world_size=1, run_id="r", batch_size=100), name="worker/0",
+                     peers=["coordinator"], effects=False)
+    h.start()
+    h.deliver(m.JoinAccepted(rank=0, world_size=1), sender="coordinator", correlation_id=1, is_reply=True)
+    h.deliver(m.StartEpoch(epoch=0, partition_offset=0, partition_size=250), sender="coordinator")
+    io = "worker/0/io"
+    h.deliver(m.SyncNow(cycle=1, source=0), sender="coordinator")
+    h.deliver(m.ParamsReduced(cycle=1, covered=0), sender=io)
+    assert [s.message for s in h.deliver(m.Throttle(), sender="worker/0")] == [m.TrainBatch(start=0, stop=100)]
+    session = m.NewNcclSession(uid=b"g2", new_rank=0, new_world_size=1, attempt=2)
+    came = h.ctx.clock
+    assert h.deliver(session, sender="coordinator") == []  # held: a batch is training
+    h.advance(20.0)
+    out = h.deliver(m.BatchTrained(start=0, stop=100, loss=0.5, batch_ms=3.0), sender=io)
+    assert [s.message for s in out if isinstance(s.message, m.JoinGroup)] == [m.JoinGroup(session=session, asked_at=came)]
+
+    class Comm:
+        formation_timeout_s = 8.0
+        inits: list[int] = []
+
+        def init(self, uid: bytes, rank: int, world_size: int) -> None:
+            self.inits.append(rank)
+
+    worker = LinearWorker(rank=0, world_size=1, run_id="r", batch_size=100)
+    worker.make_communicator = Comm  # type: ignore[assignment,method-assign]
+    adapter = ActorHarness(GpuWorkerEffects("worker/0", worker), name=io, now=100.0)
+    adapter.start()
+    out = adapter.deliver(m.JoinGroup(session=session, asked_at=90.0), sender="worker/0")
+    assert [type(s.message) for s in out] == [m.GroupJoined] and Comm.inits == []
+    assert "waited 10.0 s" in (out[0].message.error or "")  # type: ignore[attr-defined]
+    out = adapter.deliver(m.JoinGroup(session=session, asked_at=99.0), sender="worker/0")
+    assert [s.message for s in out] == [m.GroupJoined(attempt=2, error=None)] and Comm.inits == [0]
