@@ -124,9 +124,10 @@ from actorwire.transport._liveness import Timing, Watch
 from actorwire.transport._log import get_logger
 from actorwire.transport._membership import HelloRefused, Parking, View
 from actorwire.transport._process import process_alive
-from actorwire.transport._registry import HELD_BY_A_LIVE_NODE, REMOVED, Registry, RegistryError
+from actorwire.transport._registry import HELD_BY_A_LIVE_NODE, REMOVED
 from actorwire.transport._security import ZAP_ENDPOINT, Security
 from actorwire.transport._settings import settings
+from actorwire.transport.node import Answer, Effect, OpenLink, Publish, RootRole, Send, SendRaw, Warn
 
 #: deliver(envelope, message, source, timeout) -> accepted.  ``source`` is the
 #: sending node's id, or None for a sender in this process; ``timeout`` is how
@@ -392,8 +393,13 @@ class Node:
         self._bulk: dict[str, DeliverMany] = {}
         self._links: dict[str, _Link] = {}
         self._watched: dict[zmq.Socket, _Link] = {}  # the root's monitors of its links, to their links
-        self._registry: Registry | None = (
-            Registry(root_node=self.info, timing=self._timing, now=time.monotonic(), process_alive=process_alive)
+        self._beat_interval = self.config.scaled(self.config.heartbeat_interval)
+        self._staleness = self.config.scaled(self.config.staleness_timeout)
+        #: The root's half of the node protocol (the registry's keeper); None on a member.
+        self._root_role: RootRole | None = (
+            RootRole(self.info, run_id=run_id, timing=self._timing, now=time.monotonic(),
+                     heartbeat_interval=self._beat_interval, staleness_timeout=self._staleness,
+                     process_alive=process_alive)
             if self.is_root else None
         )
         # A member's view of its connection to the root (up once the join's handshake is done).
@@ -434,7 +440,6 @@ class Node:
         self._park_since: float | None = None  # set while parked messages are tried again
         # What was refused, counted per (peer, reason) and logged once each (never once per record).
         self._refusals: collections.Counter[tuple[str, str]] = collections.Counter()
-        self._told_removed: dict[str, float] = {}  # removed nodes told they are out, and when (root)
         self._notes: collections.deque[str] = collections.deque(maxlen=32)  # recent errors, for status
         self._handled: dict[tuple[str, str, str], int] = {}
         self._handled_count = 0
@@ -455,8 +460,6 @@ class Node:
         self._joined = threading.Event()
         self._join_error: Exception | None = None
         self._thread = threading.Thread(target=self._run, name=f"actorwire-io-{self.node_id}", daemon=True)
-        self._beat_interval = self.config.scaled(self.config.heartbeat_interval)
-        self._staleness = self.config.scaled(self.config.staleness_timeout)
         self._prefer_tcp = settings().prefer_tcp
         self._run_file = write_run_file(run_id, self.root_endpoint, endpoints[0]) if self.is_root else None
         if not self.is_root:
@@ -1213,7 +1216,7 @@ class Node:
             self._security.client(sock, info.curve_key, node_id)
         # The root judges a member by this connection: libzmq's heartbeats keep it while the member's
         # Python is busy, and drop it when the member stops, dies or is cut off.
-        monitor = sock.get_monitor_socket(_WATCHED) if self._registry is not None else None
+        monitor = sock.get_monitor_socket(_WATCHED) if self._root_role is not None else None
         sock.connect(endpoint)
         link = _Link(node_id, sock, endpoint, monitor)
         self._links[node_id] = link
@@ -1287,14 +1290,13 @@ class Node:
 
     def _run_command(self, cmd: _Command) -> None:
         if isinstance(cmd, _RootRequest):
-            if self.is_root:
-                self._root_handle(self.node_id, Envelope(sender=self.node_id, target=NODE, seq=0,
-                                                         correlation_id=cmd.correlation_id), cmd.message)
+            if self._root_role is not None:
+                self._carry_out(self._root_role.request(self.node_id, cmd.correlation_id, cmd.message))
             else:
                 self._to_root(cmd.message, cmd.correlation_id)
         elif isinstance(cmd, _Unregister):
-            if self._registry is not None:
-                self._apply_update(self._registry.unregister(self.node_id, [cmd.name]))
+            if self._root_role is not None:
+                self._carry_out(self._root_role.unregister_own(cmd.name))
             else:
                 self._to_root(Unregister(names=[cmd.name]))
         elif isinstance(cmd, _Exiting):
@@ -1305,8 +1307,8 @@ class Node:
             else:
                 self._to_root(NodeExiting(node_id=self.node_id, actors=names))
         elif isinstance(cmd, _ProcessExit):
-            if self._registry is not None:
-                self._apply_update(self._registry.process_exited(cmd.node_id, cmd.returncode))
+            if self._root_role is not None:
+                self._carry_out(self._root_role.process_exited(cmd.node_id, cmd.returncode))
         else:
             self._rehome(cmd.sender, cmd.target, cmd.node_id)
 
@@ -1441,13 +1443,13 @@ class Node:
 
     def _on_link_event(self, link: _Link) -> None:
         """The root's connection to a member went up or down (its monitor said so)."""
-        assert link.monitor is not None and self._registry is not None
+        assert link.monitor is not None and self._root_role is not None
         kind = _monitor_event(link.monitor)
         if kind == zmq.EVENT_HANDSHAKE_SUCCEEDED:
-            self._registry.connected(link.node_id)
+            self._carry_out(self._root_role.link_up(link.node_id))
         elif kind == zmq.EVENT_DISCONNECTED:
             self._log.info("the connection to a member dropped", peer=link.node_id)
-            self._apply_update(self._registry.disconnected(link.node_id, time.monotonic()))
+            self._carry_out(self._root_role.link_down(link.node_id, time.monotonic()))
 
     def _recv_link(self, sock: zmq.Socket) -> None:
         link = next((lk for lk in self._links.values() if lk.socket is sock), None)
@@ -1613,19 +1615,8 @@ class Node:
             if not admitted:
                 self._log.warning("refused a peer whose identity does not match its hello", peer=source)
                 return
-            if self._registry is not None and not self._registry.has_node(source):
-                try:
-                    update = self._registry.join(message.node, time.monotonic())
-                except RegistryError as exc:
-                    self._send_node(source, Refused(reason=str(exc)))
-                    return
-                self._send_node(source, Welcome(
-                    protocol_version=PROTOCOL_VERSION, run_id=self.run_id, root_node_id=self.node_id,
-                    nodes=self._registry.nodes, names=self._registry.names,
-                    heartbeat_interval=self._beat_interval, staleness_timeout=self._staleness))
-                self._apply_update(update, skip=source)
-                if source not in self._links:
-                    self._open_link(source)  # the connection the root judges the member by
+            if self._root_role is not None:
+                self._carry_out(self._root_role.admit(source, message, time.monotonic()))
             return
         if source not in self._known_peers and from_router:
             self._refuse(source, "a node message from a peer that did not say hello")
@@ -1665,34 +1656,30 @@ class Node:
             self._apply_update(message, broadcast=False)
         elif isinstance(message, NodeExiting) and not self.is_root:
             pass  # the root left; its names arrive as a registry update from nobody: handle below
-        elif self._registry is not None:
-            self._root_handle(source, envelope, message)
+        elif self._root_role is not None:
+            self._carry_out(self._root_role.request(source, envelope.correlation_id, message))
         if isinstance(message, NodeExiting) and not self.is_root and source == self._root_id:
             self.root_gone.set()
             names = [n for n, nid in self._routes.items() if nid == source]
             self._apply_update(RegistryUpdate(removed=names, reasons={n: DownReason.EXITED for n in names},
                                               detail="the root exited cleanly"), broadcast=False)
 
-    def _root_handle(self, source: str, envelope: Envelope, message: Message) -> None:
-        registry = self._registry
-        assert registry is not None
-        try:
-            if isinstance(message, Register):
-                update = registry.register(source, list(message.names), takeover=message.takeover)
-            elif isinstance(message, Unregister):
-                update = registry.unregister(source, list(message.names))
-            elif isinstance(message, NodeExiting):
-                update = registry.exiting(source)
-            else:
-                self._log.warning("unexpected node message", source=source, kind=type(message).wire_tag())
-                return
-        except RegistryError as exc:
-            if envelope.correlation_id:
-                self._answer(source, envelope.correlation_id, Refused(reason=str(exc)))
-            return
-        self._apply_update(update)
-        if envelope.correlation_id:
-            self._answer(source, envelope.correlation_id, update)
+    def _carry_out(self, effects: list[Effect]) -> None:
+        """Do what the root's role asked, in order."""
+        for effect in effects:
+            if isinstance(effect, Publish):
+                self._apply_update(effect.update, skip=effect.skip)
+            elif isinstance(effect, Send):
+                self._send_node(effect.node, effect.message)
+            elif isinstance(effect, Answer):
+                self._answer(effect.node, effect.correlation_id, effect.message)
+            elif isinstance(effect, SendRaw):
+                self._send_router(effect.peer, [self._codec.join_records([self._node_record(effect.message)])])
+            elif isinstance(effect, OpenLink):
+                if effect.node not in self._links:
+                    self._open_link(effect.node)
+            elif isinstance(effect, Warn):
+                self._log.warning(effect.event, **effect.fields)
 
     def _answer(self, node_id: str, corr: int, message: Message) -> None:
         if node_id == self.node_id:
@@ -1704,10 +1691,9 @@ class Node:
     def _apply_update(self, update: RegistryUpdate, *, broadcast: bool = True, skip: str | None = None) -> None:
         if not (update.nodes or update.added or update.removed):
             return
-        if broadcast and self._registry is not None:
-            for node_id in self._registry.nodes:
-                if node_id not in (self.node_id, skip):
-                    self._send_node(node_id, update)
+        if broadcast and self._root_role is not None:
+            for node_id in self._root_role.members_but(skip):
+                self._send_node(node_id, update)
         changes = self._view.apply(update)
         self._notify_changed()
         if self._parking and update.added:
@@ -1782,21 +1768,8 @@ class Node:
             self._log.warning("refused what a peer sent; further ones are counted, not logged",
                               peer=peer, what=what)
             self.note(f"refused from {peer}: {what}")
-        if self._registry is not None:
-            self._tell_removed(peer)
-
-    def _tell_removed(self, peer: str) -> None:
-        """A node the root removed while it lived (stopped past the grace, cut off, expelled) is
-        heard from again: tell it it is out, at most once a second, so that it ends what it runs for
-        this system instead of waiting for a coordinator that no longer counts it."""
-        assert self._registry is not None
-        why = self._registry.removed(peer)
-        now = time.monotonic()
-        if why is None or now - self._told_removed.get(peer, -1.0) < 1.0:
-            return
-        self._told_removed[peer] = now
-        self._log.warning("told a removed node it is out", peer=peer, why=why)
-        self._send_router(peer, [self._codec.join_records([self._node_record(Refused(reason=f"{REMOVED} ({why})"))])])
+        if self._root_role is not None:
+            self._carry_out(self._root_role.heard_from_refused(peer, time.monotonic()))
 
     def _expel(self, peer: str, why: str) -> None:
         """Disconnect ``peer`` for breaking the protocol: its hello is forgotten (all it sends is
@@ -1804,8 +1777,8 @@ class Node:
         self._refuse(peer, f"disconnected: {why}")
         self._view.expel(peer)
         self._streams.forget(peer)
-        if self._registry is not None and self._registry.has_node(peer) and peer != self.node_id:
-            self._apply_update(self._registry.expel(peer, why))
+        if self._root_role is not None:
+            self._carry_out(self._root_role.expel(peer, why))
 
     def refusals(self) -> dict[tuple[str, str], int]:
         """How often each (peer, reason) was refused since the node started."""
@@ -1815,10 +1788,10 @@ class Node:
         """This node's :class:`NodeStatus` around ``actors`` (any thread; each count is read once, so
         the record is a snapshot of counters, not one instant)."""
         members = []
-        if self._registry is not None:
+        if self._root_role is not None:
             members = [MemberStatus(node_id=info.node_id, host=info.host, pid=info.pid, liveness=liveness,
                                     actors=[n for n in names if not n.startswith(".")])
-                       for info, liveness, names in self._registry.members(time.monotonic())]
+                       for info, liveness, names in self._root_role.registry.members(time.monotonic())]
         pairs = list(self._pairs.values())
         return NodeStatus(
             node_id=self.node_id, host=self.host, pid=os.getpid(), is_root=self.is_root,
@@ -1935,10 +1908,8 @@ class Node:
     def _beat(self, now: float) -> None:
         """The periodic work: liveness verdicts, parked messages, re-sends.  Nothing is sent to
         prove this process alive: libzmq's heartbeats do that, outside the GIL."""
-        if self._registry is not None:
-            for update in self._registry.check(now):
-                self._log.warning("node unreachable", detail=update.detail, actors=update.removed)
-                self._apply_update(update)
+        if self._root_role is not None:
+            self._carry_out(self._root_role.check(now))
         elif self._joined.is_set() and self._root_watch.down_since is not None and not self.root_gone.is_set():
             # A dying root closes its sockets before its pid is gone: look again on every check.
             if not self._root_gone_from_host() and self._root_watch.silent_for(now) is not None:

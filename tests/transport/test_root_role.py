@@ -1,0 +1,149 @@
+"""The root's half of the node protocol (transport/node/_root.py), on a virtual clock: what it
+sends, publishes and opens for each input, with no sockets and no threads."""
+
+from __future__ import annotations
+
+from actorwire.messages import PROTOCOL_VERSION, DownReason
+from actorwire.messages.runtime import (
+    Hello,
+    NodeExiting,
+    NodeInfo,
+    Refused,
+    Register,
+    RegistryUpdate,
+    Unregister,
+    Welcome,
+)
+from actorwire.transport._liveness import Timing
+from actorwire.transport._registry import REMOVED
+from actorwire.transport.node import Answer, OpenLink, Publish, RootRole, Send, SendRaw, Warn
+from actorwire.transport.node._root import TELL_REMOVED_EVERY
+
+TIMING = Timing.of(1.0, 3.0)  # ZMTP timeout 1.5 s, then 1.5 s of grace
+ROOT = NodeInfo(node_id="root", endpoints=["ipc:///tmp/root"], host="h")
+A = NodeInfo(node_id="a", endpoints=["ipc:///tmp/a"], host="h")
+B = NodeInfo(node_id="b", endpoints=["ipc:///tmp/b"], host="h")
+
+
+def hello(info: NodeInfo) -> Hello:
+    return Hello(protocol_version=PROTOCOL_VERSION, run_id="run", node=info)
+
+
+def role(*members: NodeInfo) -> RootRole:
+    root = RootRole(ROOT, run_id="run", timing=TIMING, now=0.0, heartbeat_interval=1.0, staleness_timeout=3.0)
+    for info in members:
+        root.admit(info.node_id, hello(info), 0.0)
+        root.link_up(info.node_id)
+    return root
+
+
+def test_a_new_member_is_welcomed_published_to_the_others_and_watched() -> None:
+    root = role(A)
+    effects = root.admit("b", hello(B), 0.5)
+    welcome = Welcome(protocol_version=PROTOCOL_VERSION, run_id="run", root_node_id="root",
+                      nodes={"root": ROOT, "a": A, "b": B}, names={}, heartbeat_interval=1.0,
+                      staleness_timeout=3.0)
+    assert effects == [Send("b", welcome), Publish(RegistryUpdate(nodes={"b": B}), skip="b"), OpenLink("b")]
+    assert root.members_but("b") == ["a"]
+
+
+def test_a_second_hello_of_a_member_changes_nothing() -> None:
+    root = role(A)
+    assert root.admit("a", hello(A), 1.0) == []
+
+
+def test_a_join_the_registry_refuses_is_answered_with_refused() -> None:
+    root = role(A)
+    effects = root.admit("x", hello(A), 0.0)  # a hello naming a node id the registry holds
+    assert effects == [Send("x", Refused(reason="node id 'a' is already in this system"))]
+
+
+def test_register_is_published_and_answered() -> None:
+    root = role(A)
+    effects = root.request("a", 7, Register(names=["w/0"]))
+    update = RegistryUpdate(added={"w/0": "a"})
+    assert effects == [Publish(update), Answer("a", 7, update)]
+    assert root.registry.names == {"w/0": "a"}
+
+
+def test_a_refused_request_is_answered_only_when_an_answer_is_awaited() -> None:
+    root = role(A, B)
+    root.request("a", 1, Register(names=["w/0"]))
+    asked = root.request("b", 2, Register(names=["w/0"]))
+    assert asked == [Answer("b", 2, Refused(reason="actor name 'w/0' is already taken by node 'a'"))]
+    assert root.request("b", 0, Register(names=["w/0"])) == []
+    assert root.registry.names == {"w/0": "a"}
+
+
+def test_unregister_and_exiting_are_published() -> None:
+    root = role(A)
+    root.request("a", 0, Register(names=["w/0", "w/1"]))
+    [published] = root.request("a", 0, Unregister(names=["w/1"]))
+    assert isinstance(published, Publish) and published.update.removed == ["w/1"]
+    [published] = root.request("a", 0, NodeExiting(node_id="a", actors=["w/0"]))
+    assert isinstance(published, Publish) and published.update.removed == ["w/0"]
+    assert published.update.reasons == {"w/0": DownReason.EXITED}
+
+
+def test_an_unexpected_node_message_is_warned_about_and_changes_nothing() -> None:
+    root = role(A)
+    effects = root.request("a", 3, RegistryUpdate(added={"x": "a"}))
+    assert effects == [Warn("unexpected node message", {"source": "a", "kind": "registry_update"})]
+    assert root.registry.names == {}
+
+
+def test_a_member_whose_connection_stays_down_past_the_grace_is_removed() -> None:
+    root = role(A)
+    root.request("a", 0, Register(names=["w/0"]))
+    assert root.link_down("a", 10.0) == [Publish(RegistryUpdate())]
+    assert root.check(11.0) == []  # within the grace
+    effects = root.check(13.0)
+    assert [type(e) for e in effects] == [Warn, Publish]
+    update = effects[1].update  # type: ignore[union-attr]
+    assert update.removed == ["w/0"] and update.reasons == {"w/0": DownReason.UNREACHABLE}
+    assert effects[0] == Warn("node unreachable", {"detail": update.detail, "actors": ["w/0"]})
+
+
+def test_a_removed_node_heard_again_is_told_it_is_out_once_a_second() -> None:
+    root = role(A)
+    assert root.heard_from_refused("a", 0.0) == []  # refused, but a member: nothing to tell
+    root.expel("a", "it overran the credit window")
+    told = root.heard_from_refused("a", 5.0)
+    assert told[0] == Warn("told a removed node it is out", {"peer": "a", "why": told[0].fields["why"]})  # type: ignore[union-attr]
+    assert isinstance(told[1], SendRaw) and told[1].peer == "a"
+    assert isinstance(told[1].message, Refused) and told[1].message.reason.startswith(REMOVED)
+    assert "overran the credit window" in told[1].message.reason
+    assert root.heard_from_refused("a", 5.0 + TELL_REMOVED_EVERY / 2) == []
+    assert len(root.heard_from_refused("a", 5.0 + TELL_REMOVED_EVERY)) == 2
+
+
+def test_a_removed_node_that_joins_again_is_no_longer_told() -> None:
+    root = role(A)
+    root.expel("a", "why")
+    assert root.heard_from_refused("a", 1.0)
+    assert root.admit("a", hello(A), 2.0)[0].message.__class__ is Welcome  # type: ignore[union-attr]
+    assert root.heard_from_refused("a", 9.0) == []
+
+
+def test_expel_declares_the_node_dead_but_never_the_root_or_a_stranger() -> None:
+    root = role(A)
+    root.request("a", 0, Register(names=["w/0"]))
+    [published] = root.expel("a", "it opened too many streams")
+    assert isinstance(published, Publish) and published.update.removed == ["w/0"]
+    assert root.expel("root", "x") == []
+    assert root.expel("zzz", "x") == []
+    assert root.expel("a", "again") == []  # already gone
+
+
+def test_a_launched_process_that_exited_is_dead() -> None:
+    root = role(A)
+    root.request("a", 0, Register(names=["w/0"]))
+    [published] = root.process_exited("a", -9)
+    assert isinstance(published, Publish) and published.update.reasons == {"w/0": DownReason.DEAD}
+
+
+def test_the_roots_own_unregister_is_published() -> None:
+    root = role(A)
+    root.request("root", 0, Register(names=["coordinator"]))
+    [published] = root.unregister_own("coordinator")
+    assert isinstance(published, Publish) and published.update.removed == ["coordinator"]

@@ -1,0 +1,61 @@
+"""What the node's machines ask their driver to do: plain values, compared in tests."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from actorwire.messages import Message
+from actorwire.messages.runtime import RegistryUpdate
+
+
+@dataclasses.dataclass(frozen=True)
+class Send:
+    """Send a node-level ``message`` to node ``node`` over the connection it came on."""
+
+    node: str
+    message: Message
+
+
+@dataclasses.dataclass(frozen=True)
+class SendRaw:
+    """Send ``message`` to ``peer`` straight through the router, whatever the peer's standing
+    (a removed node has no admitted connection left, yet must hear that it is out)."""
+
+    peer: str
+    message: Message
+
+
+@dataclasses.dataclass(frozen=True)
+class Answer:
+    """Reply to request ``correlation_id`` of node ``node`` (this node's own requests included)."""
+
+    node: str
+    correlation_id: int
+    message: Message
+
+
+@dataclasses.dataclass(frozen=True)
+class Publish:
+    """Apply ``update`` to this node's view and send it to every member but ``skip``."""
+
+    update: RegistryUpdate
+    skip: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class OpenLink:
+    """Open the connection the root judges member ``node`` by (its monitor reports up and down)."""
+
+    node: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Warn:
+    """Log ``event`` at warning level with ``fields``."""
+
+    event: str
+    fields: dict[str, Any] = dataclasses.field(default_factory=dict)
+
+
+Effect = Send | SendRaw | Answer | Publish | OpenLink | Warn

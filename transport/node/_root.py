@@ -1,0 +1,137 @@
+"""The root's half of the node protocol: the keeper of the registry.
+
+A member is admitted by its hello (the membership view checks the hello; this role adds the node to
+the registry and welcomes it), asks for names with ``Register`` and ``Unregister``, says
+``NodeExiting`` when it leaves cleanly, and is judged by the root's connection to it.  A node the
+root removed while it lived (stopped past the grace, cut off, expelled) that is heard from again is
+told it is out, at most once a :data:`TELL_REMOVED_EVERY`: it ends what it runs for this system
+instead of waiting for a coordinator that no longer counts it.
+
+No I/O, no threads, no clock reads: every input carries ``now`` where time matters, every output is
+an effect (:mod:`._effects`) the driver carries out in order.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from actorwire.messages import PROTOCOL_VERSION, Message
+from actorwire.messages.runtime import (
+    Hello,
+    NodeExiting,
+    NodeInfo,
+    Refused,
+    Register,
+    Unregister,
+    Welcome,
+)
+from actorwire.transport._liveness import Timing
+from actorwire.transport._registry import DROPPED_KEPT, REMOVED, Registry, RegistryError
+from actorwire.transport.node._effects import Answer, Effect, OpenLink, Publish, Send, SendRaw, Warn
+
+#: A removed node heard from again is told it is out at most this often (seconds).
+TELL_REMOVED_EVERY = 1.0
+
+
+class RootRole:
+    def __init__(self, own: NodeInfo, *, run_id: str, timing: Timing, now: float,
+                 heartbeat_interval: float, staleness_timeout: float,
+                 process_alive: Callable[[int], bool] | None = None) -> None:
+        self.node_id = own.node_id
+        self.run_id = run_id
+        self.heartbeat_interval = heartbeat_interval
+        self.staleness_timeout = staleness_timeout
+        self.registry = Registry(root_node=own, timing=timing, now=now, process_alive=process_alive)
+        self._told_removed: dict[str, float] = {}  # removed nodes told they are out, and when
+
+    # -- admission and requests ---------------------------------------------
+
+    def admit(self, source: str, hello: Hello, now: float) -> list[Effect]:
+        """``source`` said a hello the membership view accepted: a node new to the registry joins
+        and is welcomed with the registry's tables; one already in it (a second connection of a
+        member, its line) changes nothing."""
+        if self.registry.has_node(source):
+            return []
+        try:
+            update = self.registry.join(hello.node, now)
+        except RegistryError as exc:
+            return [Send(source, Refused(reason=str(exc)))]
+        welcome = Welcome(protocol_version=PROTOCOL_VERSION, run_id=self.run_id, root_node_id=self.node_id,
+                          nodes=self.registry.nodes, names=self.registry.names,
+                          heartbeat_interval=self.heartbeat_interval, staleness_timeout=self.staleness_timeout)
+        return [Send(source, welcome), Publish(update, skip=source), OpenLink(source)]
+
+    def request(self, source: str, correlation_id: int, message: Message) -> list[Effect]:
+        """A member's (or this node's own) request of the registry; a refusal goes back as
+        ``Refused`` to a request that awaits an answer and is dropped otherwise."""
+        registry = self.registry
+        try:
+            if isinstance(message, Register):
+                update = registry.register(source, list(message.names), takeover=message.takeover)
+            elif isinstance(message, Unregister):
+                update = registry.unregister(source, list(message.names))
+            elif isinstance(message, NodeExiting):
+                update = registry.exiting(source)
+            else:
+                return [Warn("unexpected node message", {"source": source, "kind": type(message).wire_tag()})]
+        except RegistryError as exc:
+            return [Answer(source, correlation_id, Refused(reason=str(exc)))] if correlation_id else []
+        effects: list[Effect] = [Publish(update)]
+        if correlation_id:
+            effects.append(Answer(source, correlation_id, update))
+        return effects
+
+    def unregister_own(self, name: str) -> list[Effect]:
+        """An actor of the root's own process stopped."""
+        return [Publish(self.registry.unregister(self.node_id, [name]))]
+
+    # -- liveness -------------------------------------------------------------
+
+    def link_up(self, node: str) -> list[Effect]:
+        self.registry.connected(node)
+        return []
+
+    def link_down(self, node: str, now: float) -> list[Effect]:
+        return [Publish(self.registry.disconnected(node, now))]
+
+    def process_exited(self, node: str, returncode: int) -> list[Effect]:
+        """A process this root launched exited (its launcher saw it)."""
+        return [Publish(self.registry.process_exited(node, returncode))]
+
+    def check(self, now: float) -> list[Effect]:
+        """The periodic verdicts: members whose connection stayed down past the grace are removed."""
+        effects: list[Effect] = []
+        for update in self.registry.check(now):
+            effects += [Warn("node unreachable", {"detail": update.detail, "actors": update.removed}),
+                        Publish(update)]
+        return effects
+
+    # -- misbehaviour -----------------------------------------------------------
+
+    def heard_from_refused(self, peer: str, now: float) -> list[Effect]:
+        """Something ``peer`` sent was refused.  A node the root removed while it lived is told
+        it is out (at most once a :data:`TELL_REMOVED_EVERY`)."""
+        why = self.registry.removed(peer)
+        if why is None:
+            self._told_removed.pop(peer, None)
+            return []
+        if now - self._told_removed.get(peer, -TELL_REMOVED_EVERY) < TELL_REMOVED_EVERY:
+            return []
+        self._told_removed.pop(peer, None)
+        self._told_removed[peer] = now
+        if len(self._told_removed) > DROPPED_KEPT:
+            del self._told_removed[next(iter(self._told_removed))]
+        return [Warn("told a removed node it is out", {"peer": peer, "why": why}),
+                SendRaw(peer, Refused(reason=f"{REMOVED} ({why})"))]
+
+    def expel(self, peer: str, why: str) -> list[Effect]:
+        """``peer`` broke the protocol: its node is declared dead (never the root itself)."""
+        if peer == self.node_id or not self.registry.has_node(peer):
+            return []
+        return [Publish(self.registry.expel(peer, why))]
+
+    # -- queries ------------------------------------------------------------------
+
+    def members_but(self, skip: str | None) -> list[str]:
+        """The member nodes an update goes to: all but the root and ``skip``."""
+        return [node for node in self.registry.nodes if node not in (self.node_id, skip)]
