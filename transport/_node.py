@@ -120,14 +120,29 @@ from actorwire.transport._errors import (
 )
 from actorwire.transport._lines import LINE_MARK, MAX_LINES_PER_NODE, Line, Lines
 from actorwire.transport._liveness import EVENTS as _WATCHED
-from actorwire.transport._liveness import Timing, Watch
+from actorwire.transport._liveness import Timing
 from actorwire.transport._log import get_logger
 from actorwire.transport._membership import HelloRefused, Parking, View
 from actorwire.transport._process import process_alive
-from actorwire.transport._registry import HELD_BY_A_LIVE_NODE, REMOVED
+from actorwire.transport._registry import HELD_BY_A_LIVE_NODE
 from actorwire.transport._security import ZAP_ENDPOINT, Security
 from actorwire.transport._settings import settings
-from actorwire.transport.node import Answer, Effect, OpenLink, Publish, RootRole, Send, SendRaw, Warn
+from actorwire.transport.node import (
+    ROOT_LINK,
+    Answer,
+    Effect,
+    Joined,
+    MemberRole,
+    OpenLink,
+    Publish,
+    Refuse,
+    RootGone,
+    RootRole,
+    Send,
+    SendRaw,
+    Warn,
+)
+from actorwire.transport.node._member import NOT_FROM_ROOT, NOT_OUR_ROOT
 
 #: deliver(envelope, message, source, timeout) -> accepted.  ``source`` is the
 #: sending node's id, or None for a sender in this process; ``timeout`` is how
@@ -402,8 +417,11 @@ class Node:
                      process_alive=process_alive)
             if self.is_root else None
         )
-        # A member's view of its connection to the root (up once the join's handshake is done).
-        self._root_watch = Watch(None, 0.0)
+        #: A member's half of the node protocol (its join, its root's liveness); None on the root.
+        self._member_role: MemberRole | None = (
+            None if self.is_root else
+            MemberRole(self._view, timing=self._timing, host=self.host, root_endpoint=self.root_endpoint,
+                       process_alive=process_alive))
 
         # Sending.
         self._pairs: dict[tuple[str, str], OutStream] = {}
@@ -499,9 +517,9 @@ class Node:
 
     def _close_sockets(self) -> None:
         for link in {id(lk): lk for lk in getattr(self, "_links", {}).values()}.values():
-            if link.node_id != "@root":
+            if link.node_id != ROOT_LINK:
                 link.close()
-        root_link = getattr(self, "_links", {}).get("@root")
+        root_link = getattr(self, "_links", {}).get(ROOT_LINK)
         if root_link is not None and getattr(self, "_root_monitor", None) is not None:
             try:
                 root_link.socket.disable_monitor()
@@ -1049,7 +1067,7 @@ class Node:
                 poller.register(extra, zmq.POLLIN)
         poller.register(self._wake_r, zmq.POLLIN)
         if not self.is_root:
-            poller.register(self._links["@root"].socket, zmq.POLLIN)
+            poller.register(self._links[ROOT_LINK].socket, zmq.POLLIN)
         for monitor in self._watched:
             poller.register(monitor, zmq.POLLIN)
         self._poller = poller
@@ -1258,7 +1276,7 @@ class Node:
         except zmq.ZMQError:
             sock.close(linger=0)
             raise
-        self._links["@root"] = _Link("@root", sock, self.root_endpoint)
+        self._links[ROOT_LINK] = _Link(ROOT_LINK, sock, self.root_endpoint)
         self._say_hello(sock)
 
     def _say_hello(self, sock: zmq.Socket) -> bool:
@@ -1283,7 +1301,7 @@ class Node:
             return
         envelope = Envelope(sender=self.node_id, target=NODE, seq=0, correlation_id=correlation_id)
         try:
-            self._links["@root"].socket.send(
+            self._links[ROOT_LINK].socket.send(
                 self._codec.join_records([self._codec.encode_record(envelope, message)]), zmq.DONTWAIT)
         except zmq.Again:  # not connected (yet, or refused): node messages are periodic or re-asked
             self._log.debug("no connection to the root; node message dropped", kind=type(message).wire_tag())
@@ -1419,27 +1437,16 @@ class Node:
 
         A failed handshake before the join is the answer: libzmq would retry for ever, and the user
         waited out the join timeout to read "no answer"."""
-        assert self._root_monitor is not None
+        assert self._root_monitor is not None and self._member_role is not None
         kind = _monitor_event(self._root_monitor)
         if kind is None:
             return
         if kind == zmq.EVENT_HANDSHAKE_SUCCEEDED:
-            self._root_watch.up()
-            return
-        if kind == zmq.EVENT_DISCONNECTED:
-            self._root_watch.down(time.monotonic(), self._timing)
-            self._root_gone_from_host()
-            return
-        if self._joined.is_set():
-            return  # a reconnection after the join: the connection's state judges the root
-        if kind == zmq.EVENT_HANDSHAKE_FAILED_AUTH:
-            why = ("the root refused this process's CURVE key: its public key is not among the root's "
-                   "allowed keys (copy it into the root's ACTORWIRE_KEYS directory)")
+            self._carry_out(self._member_role.connection_up())
+        elif kind == zmq.EVENT_DISCONNECTED:
+            self._carry_out(self._member_role.connection_down(time.monotonic()))
         else:
-            why = ("the CURVE handshake with the root failed: the root key this process has does not "
-                   "match the root's, or one side runs without CURVE")
-        self._join_error = JoinRefused(f"{why}; root {self.root_endpoint}")
-        self._joined.set()
+            self._carry_out(self._member_role.handshake_failed(kind == zmq.EVENT_HANDSHAKE_FAILED_AUTH))
 
     def _on_link_event(self, link: _Link) -> None:
         """The root's connection to a member went up or down (its monitor said so)."""
@@ -1461,7 +1468,7 @@ class Node:
             except zmq.Again:
                 return
             # Per message: the welcome that names the root may be the one just taken in.
-            source = self._root_id or "@root" if link.node_id == "@root" else link.node_id
+            source = self._root_id or ROOT_LINK if link.node_id == ROOT_LINK else link.node_id
             self._on_frames_safely(source, frames, from_router=False)
             if not cast(int, sock.get(_EVENTS)) & _POLLIN:
                 return
@@ -1510,7 +1517,7 @@ class Node:
             if target == NODE:
                 self._on_node_message(source, envelope, message, from_router)
                 known = not from_router or source in self._known_peers  # a Hello precedes the rest
-                if source == "@root" and self._root_id is not None:
+                if source == ROOT_LINK and self._root_id is not None:
                     source = self._root_id  # the welcome came first: the rest is the root's
             elif not known:
                 self._refuse(source, "a message from a peer that did not say hello")
@@ -1628,44 +1635,25 @@ class Node:
         elif isinstance(message, NodeHeartbeat):
             pass  # the stamp was refreshed on arrival
         elif isinstance(message, Welcome):
-            self._view.welcomed(message)
-            self._notify_changed()
-            if self._parking:
-                self._unpark()
-            # Traffic to the root's actors shares the join connection: a second
-            # DEALER with our identity would be refused by the root's ROUTER.
-            self._links[message.root_node_id] = self._links["@root"]
-            self._beat_interval = message.heartbeat_interval
-            self._staleness = message.staleness_timeout
-            self._timing = Timing.of(self._beat_interval, self._staleness)
-            self._root_watch.up()  # the welcome came over it
-            self._joined.set()
+            if self._member_role is None:
+                self._refuse(source, NOT_OUR_ROOT)
+            else:
+                self._carry_out(self._member_role.welcome(source, message))
         elif isinstance(message, Refused):
-            if not self._joined.is_set():
-                self._join_error = JoinRefused(f"the root refused this process: {message.reason}")
-                self._joined.set()
-            elif source == self._root_id and message.reason.startswith(REMOVED):
-                # The root removed this node while it lived (it was stopped, or cut off, past the
-                # grace): nothing it runs counts for the system any more.  Its actors see the root's
-                # actors go down, as they would if the root had died.
-                self._root_down(f"the root removed this node: {message.reason}", DownReason.UNREACHABLE)
+            if self._member_role is not None:
+                self._carry_out(self._member_role.refused(source, message.reason))
         elif isinstance(message, RegistryUpdate):
-            if self.is_root or source != self._root_id:
-                self._refuse(source, "a registry update; only the root changes the registry")
-                return
-            self._apply_update(message, broadcast=False)
-        elif isinstance(message, NodeExiting) and not self.is_root:
-            pass  # the root left; its names arrive as a registry update from nobody: handle below
+            if self._member_role is None:
+                self._refuse(source, NOT_FROM_ROOT)
+            else:
+                self._carry_out(self._member_role.update(source, message))
+        elif isinstance(message, NodeExiting) and self._member_role is not None:
+            self._carry_out(self._member_role.root_exiting(source))
         elif self._root_role is not None:
             self._carry_out(self._root_role.request(source, envelope.correlation_id, message))
-        if isinstance(message, NodeExiting) and not self.is_root and source == self._root_id:
-            self.root_gone.set()
-            names = [n for n, nid in self._routes.items() if nid == source]
-            self._apply_update(RegistryUpdate(removed=names, reasons={n: DownReason.EXITED for n in names},
-                                              detail="the root exited cleanly"), broadcast=False)
 
     def _carry_out(self, effects: list[Effect]) -> None:
-        """Do what the root's role asked, in order."""
+        """Do what the node's role asked, in order."""
         for effect in effects:
             if isinstance(effect, Publish):
                 self._apply_update(effect.update, skip=effect.skip)
@@ -1680,6 +1668,33 @@ class Node:
                     self._open_link(effect.node)
             elif isinstance(effect, Warn):
                 self._log.warning(effect.event, **effect.fields)
+            elif isinstance(effect, Refuse):
+                self._refuse(effect.peer, effect.what)
+            elif isinstance(effect, Joined):
+                self._on_joined(effect)
+            elif isinstance(effect, RootGone):
+                if not self.root_gone.is_set():
+                    self.root_gone.set()
+                    if effect.why is not None:
+                        self._log.error("the root is unreachable", detail=effect.why)
+
+    def _on_joined(self, joined: Joined) -> None:
+        welcome = joined.welcome
+        if welcome is None:
+            self._join_error = JoinRefused(joined.error or "the root refused this process")
+            self._joined.set()
+            return
+        assert self._member_role is not None
+        self._notify_changed()
+        if self._parking:
+            self._unpark()
+        # Traffic to the root's actors shares the join connection: a second
+        # DEALER with our identity would be refused by the root's ROUTER.
+        self._links[welcome.root_node_id] = self._links[ROOT_LINK]
+        self._beat_interval = welcome.heartbeat_interval
+        self._staleness = welcome.staleness_timeout
+        self._timing = self._member_role.timing
+        self._joined.set()
 
     def _answer(self, node_id: str, corr: int, message: Message) -> None:
         if node_id == self.node_id:
@@ -1910,31 +1925,11 @@ class Node:
         prove this process alive: libzmq's heartbeats do that, outside the GIL."""
         if self._root_role is not None:
             self._carry_out(self._root_role.check(now))
-        elif self._joined.is_set() and self._root_watch.down_since is not None and not self.root_gone.is_set():
-            # A dying root closes its sockets before its pid is gone: look again on every check.
-            if not self._root_gone_from_host() and self._root_watch.silent_for(now) is not None:
-                self._root_down(self._root_watch.why(now), DownReason.UNREACHABLE)
+        elif self._member_role is not None:
+            self._carry_out(self._member_role.check(now))
         if self._parking:
             self._unpark(now)
         self._retransmit(now)
-
-    def _root_gone_from_host(self) -> bool:
-        """The root runs on this host and its process no longer exists: it is dead (said once)."""
-        root = self._nodes.get(self._root_id or "")
-        if root is None or root.host != self.host or root.pid <= 0 or process_alive(root.pid):
-            return False
-        self._root_down(f"its connection closed and process {root.pid} no longer exists", DownReason.DEAD)
-        return True
-
-    def _root_down(self, why: str, reason: DownReason) -> None:
-        """The root is gone: this member is headless, and the root's actors are down."""
-        if not self.root_gone.is_set():
-            self.root_gone.set()
-            self._log.error("the root is unreachable", detail=why)
-        names = [n for n, nid in self._routes.items() if nid == self._root_id]
-        if names:
-            self._apply_update(RegistryUpdate(removed=names, reasons={n: reason for n in names},
-                                              detail=f"root node: {why}"), broadcast=False)
 
     def _retransmit(self, now: float) -> None:
         after = self.config.scaled(self.config.retransmit_after)

@@ -268,3 +268,49 @@ def test_the_update_that_follows_the_welcome_at_once_is_the_roots(tmp_path: path
     finally:
         member.close(announce=False)
         ctx.destroy(linger=0)
+
+
+# -- who may welcome ------------------------------------------------------------
+
+def _forged_welcome(liar: WireClient, run_id: str) -> tuple[list[object], dict[str, object]]:
+    """A Welcome in which ``liar`` names itself the root and the host of "victim"."""
+    return (envelope(liar.node_id, "", 0), {
+        "type": "welcome", "protocol_version": 1, "run_id": run_id, "root_node_id": liar.node_id,
+        "nodes": {liar.node_id: liar.node_info()}, "names": {"victim": liar.node_id},
+        "heartbeat_interval": 0.2, "staleness_timeout": 5.0})
+
+
+def test_a_welcome_sent_to_the_root_by_a_member_is_refused(system: ActorSystem) -> None:
+    """Only the root welcomes.  A member that sent the root a Welcome of its own was taken at its
+    word: the root's view made the liar its root and routed the root's own "victim" to it."""
+    system.inbox("victim")
+    node = system._node
+    with _liar(system) as liar:
+        liar.send(_forged_welcome(liar, system.run_id))
+        wait_until(lambda: (liar.node_id, "a welcome from a peer that is not this node's root") in node.refusals())
+        assert liar.register(["liar/2"])["type"] == "registry_update"  # still served, after it
+    assert node._view.root_id == node.node_id
+    assert node._view.routes["victim"] == node.node_id
+
+
+def test_a_welcome_sent_to_a_member_by_another_member_is_refused(system: ActorSystem) -> None:
+    """A member's view changes only by what its root sends over the join connection: another member
+    that says hello on the member's own socket and then welcomes it could take its routes."""
+    from actorwire.transport._node import Node
+
+    system.inbox("victim")
+    member = Node(run_id=system.run_id, root_endpoint=system.endpoint, config=SYSTEM_CONFIG)
+    member.start()
+    try:
+        member.wait_for("victim", timeout=10)
+        with _liar(system) as liar:
+            link = liar.link(member.info.endpoints[0])
+            link.send(batch(_forged_welcome(liar, system.run_id)))
+            wait_until(lambda: (liar.node_id, "a welcome from a peer that is not this node's root")
+                       in member.refusals())
+            link.close(linger=0)
+        assert member._view.root_id == system._node.node_id
+        assert member._view.routes["victim"] == system._node.node_id
+        assert not member.root_gone.is_set()
+    finally:
+        member.close(timeout=1.0)

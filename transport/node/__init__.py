@@ -1,11 +1,25 @@
 """The node's protocol as machines with no I/O, no threads and no clock reads.
 
 :class:`RootRole` is the root's half: the registry's keeper (admission, names, liveness verdicts,
-refusals and expulsion).  The driver (:class:`actorwire.transport._node.Node`) feeds it what
+refusals and expulsion).  :class:`MemberRole` is a member's: its join, and its root's liveness and
+exit.  The driver (:class:`actorwire.transport._node.Node`) feeds it what
 arrived and the time, and carries out the effects it returns.
 """
 
-from actorwire.transport.node._effects import Answer, Effect, OpenLink, Publish, Send, SendRaw, Warn
+from actorwire.transport.node._effects import (
+    Answer,
+    Effect,
+    Joined,
+    OpenLink,
+    Publish,
+    Refuse,
+    RootGone,
+    Send,
+    SendRaw,
+    Warn,
+)
+from actorwire.transport.node._member import ROOT_LINK, MemberRole
 from actorwire.transport.node._root import RootRole
 
-__all__ = ["Answer", "Effect", "OpenLink", "Publish", "RootRole", "Send", "SendRaw", "Warn"]
+__all__ = ["ROOT_LINK", "Answer", "Effect", "Joined", "MemberRole", "OpenLink", "Publish", "Refuse", "RootGone",
+           "RootRole", "Send", "SendRaw", "Warn"]

@@ -6,7 +6,7 @@ import dataclasses
 from typing import Any
 
 from actorwire.messages import Message
-from actorwire.messages.runtime import RegistryUpdate
+from actorwire.messages.runtime import RegistryUpdate, Welcome
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,4 +58,29 @@ class Warn:
     fields: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
-Effect = Send | SendRaw | Answer | Publish | OpenLink | Warn
+
+
+@dataclasses.dataclass(frozen=True)
+class Refuse:
+    """Drop what ``peer`` sent, counted per reason ``what`` (and logged the first time)."""
+
+    peer: str
+    what: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Joined:
+    """A member's join was answered: admitted with ``welcome``, or refused because of ``error``."""
+
+    welcome: Welcome | None = None
+    error: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class RootGone:
+    """The root is gone: ``why`` it is taken for dead, or None when it said it exits."""
+
+    why: str | None
+
+
+Effect = Send | SendRaw | Answer | Publish | OpenLink | Warn | Refuse | Joined | RootGone
