@@ -48,12 +48,10 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import errno
 import itertools
 import math
 import operator
 import os
-import pathlib
 import socket
 import threading
 import time
@@ -94,13 +92,10 @@ from actorwire.transport._config import RuntimeConfig
 from actorwire.transport._delivery import InStreams, OutStream, Verdict
 from actorwire.transport._endpoints import (
     check_tcp_port,
-    ipc_endpoint,
     is_tcp,
-    listening,
     local_address_towards,
     new_node_id,
     pick_endpoint,
-    private_dir,
     tcp_host,
     write_run_file,
 )
@@ -143,6 +138,16 @@ from actorwire.transport.node import (
     Warn,
 )
 from actorwire.transport.node._member import NOT_FROM_ROOT, NOT_OUR_ROOT
+from actorwire.transport.node._rundir import RunDir
+from actorwire.transport.node._sockets import (
+    Link,
+    SocketFactory,
+    drain_pipe,
+    monitor_event,
+    recv_frames,
+    signal,
+    wake_pipe,
+)
 
 #: deliver(envelope, message, source, timeout) -> accepted.  ``source`` is the
 #: sending node's id, or None for a sender in this process; ``timeout`` is how
@@ -284,27 +289,6 @@ class _LineWaiter:
         return result  # type: ignore[no-any-return]
 
 
-class _Link:
-    """A DEALER connected to one peer node's ROUTER (``monitor``: its events, where liveness is judged)."""
-
-    __slots__ = ("node_id", "socket", "endpoint", "monitor")
-
-    def __init__(self, node_id: str, sock: zmq.Socket, endpoint: str, monitor: zmq.Socket | None = None) -> None:
-        self.node_id = node_id
-        self.socket = sock
-        self.endpoint = endpoint
-        self.monitor = monitor
-
-    def close(self) -> None:
-        if self.monitor is not None:
-            try:
-                self.socket.disable_monitor()
-            except zmq.ZMQError:
-                pass
-            self.monitor.close(linger=0)
-        self.socket.close(linger=0)
-
-
 class Node:
     """One process's runtime: sockets, routing, credit, acks, liveness.
 
@@ -353,17 +337,11 @@ class Node:
         self._timing = Timing.of(self.config.scaled(self.config.heartbeat_interval),
                                  self.config.scaled(self.config.staleness_timeout))
         self._ctx = zmq.Context()
-        self._router = self._new_router()
-        endpoints = [ipc_endpoint(run_id, self.node_id)]
-        self._ipc_path = endpoints[0][len("ipc://"):]
-        try:
-            self._router.bind(endpoints[0])
-        except zmq.ZMQError as exc:
-            if exc.errno != errno.ENOENT:
-                raise
-            # A member leaving removed the run's directory, empty, between its making and this bind.
-            private_dir(pathlib.Path(self._ipc_path).parent)
-            self._router.bind(endpoints[0])
+        self._sockets = SocketFactory(self._ctx, frame_cap=self._frame_cap, timing=self._timing)
+        self._router = self._sockets.router()
+        self._run_dir = RunDir(run_id, self.node_id)
+        endpoints = [self._run_dir.endpoint]
+        self._run_dir.bind(self._router)
         # tcp gets a ROUTER of its own: CURVE is per socket, and ipc needs none.
         self._tcp_router: zmq.Socket | None = None
         self._zap: zmq.Socket | None = None
@@ -375,7 +353,7 @@ class Node:
                 self._zap = self._ctx.socket(zmq.REP)
                 self._zap.setsockopt(zmq.LINGER, 0)
                 self._zap.bind(ZAP_ENDPOINT)
-            self._tcp_router = self._new_router()
+            self._tcp_router = self._sockets.router()
             self._security.serve(self._tcp_router)
             try:
                 self._tcp_router.bind(bind_tcp)
@@ -406,8 +384,8 @@ class Node:
         self._former = self._view.former
         self._local: dict[str, Deliver] = {}
         self._bulk: dict[str, DeliverMany] = {}
-        self._links: dict[str, _Link] = {}
-        self._watched: dict[zmq.Socket, _Link] = {}  # the root's monitors of its links, to their links
+        self._links: dict[str, Link] = {}
+        self._watched: dict[zmq.Socket, Link] = {}  # the root's monitors of its links, to their links
         self._beat_interval = self.config.scaled(self.config.heartbeat_interval)
         self._staleness = self.config.scaled(self.config.staleness_timeout)
         #: The root's half of the node protocol (the registry's keeper); None on a member.
@@ -464,7 +442,7 @@ class Node:
         self._ack_due: float | None = None
 
         # The I/O thread and its wake-up.
-        self._wake_r, self._wake_w = _wake_pipe()
+        self._wake_r, self._wake_w = wake_pipe()
         self._idle = False
         self._closing = False
         self._closed = False
@@ -488,32 +466,13 @@ class Node:
                 self._connect_root()
             except zmq.ZMQError as exc:
                 self._close_sockets()
-                self._unlink_ipc()
-                self.remove_run_dir()
+                self._run_dir.unlink_own()
+                self._run_dir.remove(is_root=self.is_root)
                 raise InvalidArgument(f"cannot connect to the root at {root_endpoint!r}: {exc}") from None
 
     @property
     def _root_id(self) -> str | None:
         return self._view.root_id
-
-    def _socket(self, kind: int, *, identity: str | None = None, heartbeats: bool = True,
-                **options: int) -> zmq.Socket:
-        """Every socket of the node, made one way: no linger, no high-water mark (credit bounds the
-        queues), the message cap, ``identity`` (a DEALER's), libzmq's heartbeats unless
-        ``heartbeats`` is off, then ``options`` by ZMQ name (``RCVTIMEO=...``)."""
-        sock = self._ctx.socket(kind)
-        for opt, val in ((zmq.LINGER, 0), (zmq.SNDHWM, 0), (zmq.RCVHWM, 0), (zmq.MAXMSGSIZE, self._frame_cap)):
-            sock.setsockopt(opt, val)
-        if identity is not None:
-            sock.setsockopt(zmq.IDENTITY, identity.encode())
-        for name, val in options.items():
-            sock.setsockopt(getattr(zmq, name), val)
-        if heartbeats:
-            self._timing.apply(sock)
-        return sock
-
-    def _new_router(self) -> zmq.Socket:
-        return self._socket(zmq.ROUTER, ROUTER_MANDATORY=1)
 
     def _close_sockets(self) -> None:
         for link in {id(lk): lk for lk in getattr(self, "_links", {}).values()}.values():
@@ -588,36 +547,14 @@ class Node:
         self._close_sockets()
         for fd in {self._wake_r, self._wake_w}:
             os.close(fd)
-        self._unlink_ipc()
+        self._run_dir.unlink_own()
         if self._run_file is not None:
             self._run_file.unlink(missing_ok=True)
         self.remove_run_dir()
 
-    def _unlink_ipc(self) -> None:
-        """libzmq leaves a bound ipc socket's file behind: this node removes its own."""
-        pathlib.Path(self._ipc_path).unlink(missing_ok=True)
-
     def remove_run_dir(self) -> None:
-        """Remove the run's socket directory unless a live node's socket keeps it.
-
-        The root also removes the sockets of members that died (no one listens on them: a killed
-        process cannot unlink its own); the system calls this again once the children it launched
-        have exited.  A member only removes the directory when it is empty: members often leave
-        after the root (attached workers, refused joins), and the last one out takes it.  A node
-        that binds just after such a removal makes the directory again (see ``__init__``)."""
-        directory = os.path.dirname(self._ipc_path)
-        if self.is_root:
-            try:
-                entries = [e.path for e in os.scandir(directory) if e.name.endswith(".sock")]
-            except OSError:
-                return
-            for path in entries:
-                if not listening(path):
-                    pathlib.Path(path).unlink(missing_ok=True)
-        try:
-            os.rmdir(directory)
-        except OSError:
-            pass
+        """Remove the run's socket directory unless a live node's socket keeps it (see RunDir.remove)."""
+        self._run_dir.remove(is_root=self.is_root)
 
     # ------------------------------------------------------------------
     # Names (any thread)
@@ -913,7 +850,7 @@ class Node:
             if waiter.done:
                 return waiter.outcome()
             try:
-                frames = _recv_frames(sock, 0)  # blocks for at most the line's receive timeout
+                frames = recv_frames(sock, 0)  # blocks for at most the line's receive timeout
             except zmq.Again:
                 continue
             pairs, errors = self._codec.decode_batch(frames[0]) if len(frames) == 1 else ([], [])
@@ -1032,7 +969,7 @@ class Node:
 
     def _wake(self) -> None:
         try:
-            _signal(self._wake_w)
+            signal(self._wake_w)
         except BlockingIOError:
             pass  # a wake-up is already pending
         except OSError:
@@ -1101,7 +1038,7 @@ class Node:
                 self._wake_at = 0.0
                 for sock, _ in events:
                     if sock == self._wake_r:
-                        _drain_pipe(self._wake_r)
+                        drain_pipe(self._wake_r)
                     elif sock is self._router or sock is self._tcp_router:
                         self._recv_router(sock)
                     elif sock is self._zap:
@@ -1226,17 +1163,17 @@ class Node:
         else:
             self._send_link(node_id, [record])
 
-    def _open_link(self, node_id: str) -> _Link:
+    def _open_link(self, node_id: str) -> Link:
         info = self._nodes[node_id]
         endpoint = pick_endpoint(info.endpoints, info.host, self.host, prefer_tcp=self._prefer_tcp)
-        sock = self._socket(zmq.DEALER, identity=self.node_id)
+        sock = self._sockets.make(zmq.DEALER, identity=self.node_id)
         if is_tcp(endpoint):
             self._security.client(sock, info.curve_key, node_id)
         # The root judges a member by this connection: libzmq's heartbeats keep it while the member's
         # Python is busy, and drop it when the member stops, dies or is cut off.
         monitor = sock.get_monitor_socket(_WATCHED) if self._root_role is not None else None
         sock.connect(endpoint)
-        link = _Link(node_id, sock, endpoint, monitor)
+        link = Link(node_id, sock, endpoint, monitor)
         self._links[node_id] = link
         self._say_hello(sock)
         poller = getattr(self, "_poller", None)
@@ -1254,7 +1191,7 @@ class Node:
         endpoint = pick_endpoint(info.endpoints, info.host, self.host, prefer_tcp=self._prefer_tcp)
         # RCVTIMEO: the waiting thread looks at its ask this often.  No heartbeats of its own: the
         # node's connection is the one the peer judges it by.
-        sock = self._socket(zmq.DEALER, identity=identity, heartbeats=False, RCVTIMEO=_LINE_SLICE_MS)
+        sock = self._sockets.make(zmq.DEALER, identity=identity, heartbeats=False, RCVTIMEO=_LINE_SLICE_MS)
         if is_tcp(endpoint):
             self._security.client(sock, info.curve_key, node_id)
         sock.connect(endpoint)
@@ -1263,7 +1200,7 @@ class Node:
 
     def _connect_root(self) -> None:
         # A root not up yet: retries back off to 2 s.
-        sock = self._socket(zmq.DEALER, identity=self.node_id, RECONNECT_IVL_MAX=2000)
+        sock = self._sockets.make(zmq.DEALER, identity=self.node_id, RECONNECT_IVL_MAX=2000)
         events = _WATCHED
         if is_tcp(self.root_endpoint):
             self._security.client(sock, self._security.root_key, "the root")
@@ -1276,7 +1213,7 @@ class Node:
         except zmq.ZMQError:
             sock.close(linger=0)
             raise
-        self._links[ROOT_LINK] = _Link(ROOT_LINK, sock, self.root_endpoint)
+        self._links[ROOT_LINK] = Link(ROOT_LINK, sock, self.root_endpoint)
         self._say_hello(sock)
 
     def _say_hello(self, sock: zmq.Socket) -> bool:
@@ -1335,7 +1272,7 @@ class Node:
     def _recv_router(self, sock: zmq.Socket) -> None:
         for _ in range(256):
             try:
-                frames = _recv_frames(sock)
+                frames = recv_frames(sock)
             except zmq.Again:
                 return
             peer = frames[0].decode(errors="replace")
@@ -1438,7 +1375,7 @@ class Node:
         A failed handshake before the join is the answer: libzmq would retry for ever, and the user
         waited out the join timeout to read "no answer"."""
         assert self._root_monitor is not None and self._member_role is not None
-        kind = _monitor_event(self._root_monitor)
+        kind = monitor_event(self._root_monitor)
         if kind is None:
             return
         if kind == zmq.EVENT_HANDSHAKE_SUCCEEDED:
@@ -1448,10 +1385,10 @@ class Node:
         else:
             self._carry_out(self._member_role.handshake_failed(kind == zmq.EVENT_HANDSHAKE_FAILED_AUTH))
 
-    def _on_link_event(self, link: _Link) -> None:
+    def _on_link_event(self, link: Link) -> None:
         """The root's connection to a member went up or down (its monitor said so)."""
         assert link.monitor is not None and self._root_role is not None
-        kind = _monitor_event(link.monitor)
+        kind = monitor_event(link.monitor)
         if kind == zmq.EVENT_HANDSHAKE_SUCCEEDED:
             self._carry_out(self._root_role.link_up(link.node_id))
         elif kind == zmq.EVENT_DISCONNECTED:
@@ -1464,7 +1401,7 @@ class Node:
             return
         for _ in range(256):
             try:
-                frames = _recv_frames(sock)
+                frames = recv_frames(sock)
             except zmq.Again:
                 return
             # Per message: the welcome that names the root may be the one just taken in.
@@ -1693,7 +1630,7 @@ class Node:
         self._links[welcome.root_node_id] = self._links[ROOT_LINK]
         self._beat_interval = welcome.heartbeat_interval
         self._staleness = welcome.staleness_timeout
-        self._timing = self._member_role.timing
+        self._timing = self._sockets.timing = self._member_role.timing
         self._joined.set()
 
     def _answer(self, node_id: str, corr: int, message: Message) -> None:
@@ -1940,75 +1877,3 @@ class Node:
                 self._log.info("re-sending messages not acknowledged", target=pair.target, count=len(again))
 
 
-def _recv_frames(sock: zmq.Socket, flags: int = _NOBLOCK) -> list[bytes]:
-    """One whole ZeroMQ message, frame by frame (pyzmq's recv_multipart does enum arithmetic per frame)."""
-    frame = sock.recv(flags, copy=False)
-    frames = [frame.bytes]
-    while frame.more:
-        frame = sock.recv(flags, copy=False)
-        frames.append(frame.bytes)
-    return frames
-
-
-def _monitor_event(monitor: zmq.Socket) -> int | None:
-    """The kind of the next event a socket monitor has ready (None: nothing is)."""
-    from zmq.utils.monitor import recv_monitor_message
-
-    try:
-        return int(recv_monitor_message(monitor, _NOBLOCK)["event"])
-    except zmq.Again:
-        return None
-
-
-def _wake_pipe() -> tuple[int, int]:
-    if hasattr(os, "eventfd"):
-        fd = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
-        return fd, fd
-    r, w = os.pipe()
-    os.set_blocking(r, False)
-    os.set_blocking(w, False)
-    return r, w
-
-
-def _make_signal() -> Callable[[int], None]:
-    """A wake-up write that keeps the GIL.
-
-    ``os.eventfd_write`` releases the GIL around its syscall, which hands the
-    GIL to the I/O thread on *every* send: it then wakes, ships one message and
-    sleeps again (py-spy: 36 k msg/s, a third of the sender's time in the
-    wake-up).  Written through ``ctypes.PyDLL`` the syscall keeps the GIL, the
-    sender goes on queueing, and the I/O thread takes the GIL at the next
-    switch interval or when the sender blocks, shipping hundreds of messages
-    in one batch.  Latency does not suffer: a sender that then waits (an ask)
-    releases the GIL at once.
-    """
-    if not hasattr(os, "eventfd"):
-        return lambda fd: os.write(fd, b"\x01") and None
-    try:
-        import ctypes
-
-        libc = ctypes.PyDLL(None)
-        raw = libc.eventfd_write
-        raw.argtypes = [ctypes.c_int, ctypes.c_uint64]
-        raw.restype = ctypes.c_int
-    except (OSError, AttributeError):
-        return lambda fd: os.eventfd_write(fd, 1)
-
-    def signal(fd: int) -> None:
-        if raw(fd, 1) != 0:
-            os.eventfd_write(fd, 1)  # let the os module raise the proper OSError
-
-    return signal
-
-
-_signal = _make_signal()
-
-
-def _drain_pipe(fd: int) -> None:
-    try:
-        if hasattr(os, "eventfd"):
-            os.eventfd_read(fd)
-        else:
-            os.read(fd, 4096)
-    except BlockingIOError:
-        pass

@@ -145,7 +145,7 @@ def test_a_killed_launched_child_leaves_no_socket_and_the_run_leaves_no_director
     root, closing, those of processes no longer listening (a killed attached one)."""
     system = ActorSystem(config=FAST)
     try:
-        run_dir = pathlib.Path(system._node._ipc_path).parent
+        run_dir = pathlib.Path(system._node._run_dir.path).parent
         killed = system.spawn_process({"victim": "_actors:Echo"}, env=ENV)
         system.spawn_process({"keeper": "_actors:Echo"}, env=ENV)  # leaves when the root has closed
         stray = attached(system, {"stray": "_actors:Echo"})  # not launched: no one sees it exit
@@ -172,10 +172,10 @@ def test_the_last_member_out_removes_the_run_directory_and_a_late_binder_makes_i
     """Members often leave after the root (attached workers): the root could not remove the
     directory then, and no member did.  A member removing it just before another binds in it must
     not break that bind."""
-    import actorwire.transport._node as node_module
+    import actorwire.transport.node._rundir as node_module
 
     root = ActorSystem(config=FAST)
-    run_dir = pathlib.Path(root._node._ipc_path).parent
+    run_dir = pathlib.Path(root._node._run_dir.path).parent
     member = ActorSystem(join=root.endpoint, run_id=root.run_id, config=FAST)
     real = node_module.ipc_endpoint
     late = None
@@ -189,7 +189,7 @@ def test_the_last_member_out_removes_the_run_directory_and_a_late_binder_makes_i
         monkeypatch.setattr(node_module, "ipc_endpoint", lambda run_id, node_id: (
             real(run_id, node_id), run_dir.rmdir())[0])
         late = ActorSystem(config=FAST, run_id=root.run_id)  # a root again: binds in the removed directory
-        assert pathlib.Path(late._node._ipc_path).exists()
+        assert pathlib.Path(late._node._run_dir.path).exists()
     finally:
         root.shutdown()
         member.shutdown()
