@@ -138,6 +138,7 @@ from actorwire.transport.node import (
     Warn,
 )
 from actorwire.transport.node._member import NOT_FROM_ROOT, NOT_OUR_ROOT
+from actorwire.transport.node._outbox import Outbox
 from actorwire.transport.node._rundir import RunDir
 from actorwire.transport.node._sockets import (
     Link,
@@ -192,9 +193,9 @@ def _check_timeout(timeout: float, what: str, *, zero: bool = False) -> float:
 
 # -- the I/O thread's queues ---------------------------------------------------
 #
-# Records bound for a peer's link wait in ``Node._boxes[node id]`` (a list per
-# peer; ``Node._ready`` names the peers whose list may hold some).  ``Node._out``
-# holds replies and commands, in order: one class per command.
+# Records, replies and commands reach the I/O thread through the node's Outbox
+# (transport/node/_outbox.py); replies and commands keep their order there, one
+# class per command.
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -409,13 +410,6 @@ class Node:
         self._senders_to: collections.defaultdict[str, set[str]] = collections.defaultdict(set)
         self._seq: dict[str, int] = {}  # the number of each sender's last message, for recorders
         self._local_seq: collections.defaultdict[str, int] = collections.defaultdict(int)
-        # Records per peer node.  A sender appends, then adds the peer to ``_ready``; the I/O thread
-        # takes the peer out of ``_ready`` before it empties the list, so a record appended meanwhile
-        # is either taken now or finds the peer named again.  Slicing the list off costs the I/O
-        # thread no Python step per message (it cost a third of its time when it was one deque).
-        self._boxes: dict[str, list[bytes]] = {}
-        self._ready: set[str] = set()
-        self._out: collections.deque[_Reply | _Command] = collections.deque()
         self._corr = itertools.count(1)
         self._asks = Asks()
         # User threads' own sockets for the asks they wait on (see _lines).
@@ -424,7 +418,6 @@ class Node:
         # that came on a line goes ((node, correlation id) -> the line's identity).
         self._line_peers: dict[str, str] = {}
         self._reply_via: dict[tuple[str, int], str] = {}
-        self._wake_at = 0.0  # when the sleeping I/O thread will wake by itself
         self._io_ident = -1  # the I/O thread's ident, once it runs
 
         # Receiving.
@@ -437,13 +430,11 @@ class Node:
         # What was refused, counted per (peer, reason) and logged once each (never once per record).
         self._refusals: collections.Counter[tuple[str, str]] = collections.Counter()
         self._notes: collections.deque[str] = collections.deque(maxlen=32)  # recent errors, for status
-        self._handled: dict[tuple[str, str, str], int] = {}
-        self._handled_count = 0
-        self._ack_due: float | None = None
 
         # The I/O thread and its wake-up.
         self._wake_r, self._wake_w = wake_pipe()
-        self._idle = False
+        #: What threads hand the I/O thread (records, replies, commands, acks owed) and its sleep.
+        self._outbox = Outbox(self._wake, ack_every=_ACK_EVERY, ack_delay=_ACK_DELAY)
         self._closing = False
         self._closed = False
         #: Notified by the I/O thread when what a caller may wait for changed: the routes (a name
@@ -728,7 +719,7 @@ class Node:
         # Numbering and queueing in one step: a rehome renumbers under the same lock.  Explicit
         # acquire/release (profile of bench bus: `with pair.lock` was 6% of the sending process,
         # 0.19 us a send on this VM against 0.10 us for acquire/try/release).
-        lock = pair.lock
+        lock, outbox = pair.lock, self._outbox
         lock.acquire()
         try:
             seq = pair.seq + 1
@@ -737,18 +728,11 @@ class Node:
             record = self._encode_unchecked(((PROTOCOL_VERSION, sender, target, seq, correlation_id, False,
                                               _monotonic_ns(), wall_ns or _time_ns(), trace_id), message))
             pair.append(seq, record)
-            node_id = pair.node_id
-            box = self._boxes.get(node_id)
-            if box is None:
-                box = self._boxes.setdefault(node_id, [])
-            box.append(record)
-            self._ready.add(node_id)
+            outbox.add(pair.node_id, record)
         finally:
             lock.release()
         self._seq[sender] = seq
-        if self._idle:
-            self._idle = False  # one wake-up per sleep: the I/O thread may wait for the GIL a while
-            self._wake()
+        outbox.nudge()
         if pair.closed:
             # The target went down between the lookup and the append; the
             # failure report already ran, so this message must fail loudly.
@@ -892,34 +876,16 @@ class Node:
         if threading.get_ident() == self._io_ident:
             self._send_reply(reply)  # a handler on the I/O thread: the reply leaves now, not at the next turn
             return
-        self._out.append(reply)
-        if self._idle:
-            self._idle = False  # one wake-up per sleep: the I/O thread may wait for the GIL a while
-            self._wake()
+        self._outbox.post(reply)
 
     def handled_many(self, entries: dict[tuple[str, str, str], int], count: int) -> None:
         """Bulk :meth:`handled`: ``{(source, sender, target): last handled seq}`` for ``count`` messages."""
-        handled = self._handled
-        first = not handled
-        handled.update(entries)
-        self._handled_count += count
-        if (first or self._handled_count >= _ACK_EVERY) and self._idle:
-            self._idle = False
-            self._wake()
+        self._outbox.handled_many(entries, count)
 
     def handled(self, source: str | None, envelope: Envelope) -> None:
         """The target's handler finished ``envelope``; credit goes back to a remote sender."""
-        if source is None:
-            return
-        handled = self._handled
-        first = not handled
-        handled[(source, envelope.sender, envelope.target)] = envelope.seq
-        self._handled_count += 1
-        # The first entry starts the ack timer (the I/O thread may be asleep
-        # until the next heartbeat); a full table flushes at once.
-        if (first or self._handled_count >= _ACK_EVERY) and self._idle:
-            self._idle = False
-            self._wake()
+        if source is not None:
+            self._outbox.handled((source, envelope.sender, envelope.target), envelope.seq)
 
     # -- sending helpers ------------------------------------------------
 
@@ -960,12 +926,10 @@ class Node:
         self._asks.open(pending)
         # Wake the I/O thread only if it would sleep past this deadline: an
         # ask with the default 30 s deadline costs no wake-up at all.
-        if pending.deadline < self._wake_at:
-            self._wake()
+        self._outbox.before(pending.deadline)
 
     def _command(self, cmd: _Command) -> None:
-        self._out.append(cmd)
-        self._wake()
+        self._outbox.command(cmd)
 
     def _wake(self) -> None:
         try:
@@ -1009,6 +973,7 @@ class Node:
             poller.register(monitor, zmq.POLLIN)
         self._poller = poller
         next_beat = time.monotonic()
+        outbox = self._outbox
         try:
             while not self._stop.is_set():
                 now = time.monotonic()
@@ -1016,26 +981,16 @@ class Node:
                     self._beat(now)
                     next_beat = now + self._timing.tick
                 self._expire_asks(now)
-                if self._ack_due is not None and now >= self._ack_due or self._handled_count >= _ACK_EVERY:
+                if outbox.acks_due(now):
                     self._flush_acks()
                 self._flush_out()
                 wake_at = next_beat
                 first = self._asks.next_deadline()
                 if first is not None:
                     wake_at = min(wake_at, first)
-                if self._handled:
-                    if self._ack_due is None:
-                        self._ack_due = now + _ACK_DELAY
-                    wake_at = min(wake_at, self._ack_due)
-                self._wake_at = wake_at
-                self._idle = True
-                # Look again after announcing idleness: a sender that queued
-                # before seeing the flag is caught here, one after it wakes us.
-                first = self._asks.next_deadline()
-                timeout = 0.0 if self._out or self._ready or (first is not None and first < wake_at) else wake_at - now
+                timeout = outbox.go_idle(now, wake_at, self._asks.next_deadline)
                 events = poller.poll(max(0, int(timeout * 1000) + (1 if timeout > 0 else 0)))
-                self._idle = False
-                self._wake_at = 0.0
+                outbox.awake()
                 for sock, _ in events:
                     if sock == self._wake_r:
                         drain_pipe(self._wake_r)
@@ -1063,18 +1018,9 @@ class Node:
 
     def _flush_out(self) -> None:
         """Ship everything queued: each peer's records in batch frames, then replies and commands."""
-        ready, boxes = self._ready, self._boxes
-        while ready:
-            node_id = ready.pop()
-            box = boxes.get(node_id)
-            if box:
-                n = len(box)
-                records = box[:n]
-                del box[:n]  # a sender may append meanwhile: only what was copied goes
-                self._ship(node_id, records)
-        out = self._out
-        while out:
-            item = out.popleft()
+        for node_id, records in self._outbox.take_records():
+            self._ship(node_id, records)
+        for item in self._outbox.take_items():
             if isinstance(item, _Reply):
                 self._send_reply(item)
             else:
@@ -1111,11 +1057,7 @@ class Node:
 
     def _queue(self, node_id: str, records: list[bytes]) -> None:
         """Records for ``node_id`` from the I/O thread (re-sends), behind what senders queued."""
-        box = self._boxes.get(node_id)
-        if box is None:
-            box = self._boxes.setdefault(node_id, [])
-        box.extend(records)
-        self._ready.add(node_id)
+        self._outbox.add_many(node_id, records)
 
     def _send_link(self, node_id: str | None, records: list[bytes]) -> None:
         link = self._links.get(node_id) if node_id else None
@@ -1281,7 +1223,7 @@ class Node:
                 self._on_line_safely(peer, frames[1:])
             else:
                 self._on_frames_safely(peer, frames[1:], from_router=True)
-            if self._handled_count >= _ACK_EVERY:
+            if self._outbox.full():
                 # Credit goes back while the burst is still being read: held to the end of a burst
                 # of 256 frames, it stalled a fast sender on an empty window (bench bus: both
                 # processes at 0.65-0.7 of a core, taking turns).
@@ -1477,7 +1419,7 @@ class Node:
                 if verdict is not _ACCEPT:
                     if verdict is _DUPLICATE:
                         # Re-sent because an ack was lost: ack again, or it is re-sent forever.
-                        self._handled.setdefault(key, self._streams.handled_of(key))
+                        self._outbox.owed.setdefault(key, self._streams.handled_of(key))
                         continue
                     if verdict is _GAP:
                         continue  # past a loss: the re-send of what it skipped comes first
@@ -1537,7 +1479,7 @@ class Node:
             self._refuse(source, f"a message for {envelope.target!r}, which does not run here")
             # Acknowledge it so the sender's credit is not held forever, and
             # answer an ask so the asker fails at once instead of timing out.
-            self._handled[(source, envelope.sender, envelope.target)] = envelope.seq
+            self._outbox.owed[(source, envelope.sender, envelope.target)] = envelope.seq
             if envelope.correlation_id:
                 self.reply(envelope.target, envelope, source, ErrorReply(
                     code=ErrorCode.TARGET_DEAD if gone else ErrorCode.UNKNOWN_TARGET, message=reason,
@@ -1804,11 +1746,9 @@ class Node:
             self._notify_changed()  # close() waits for the last acks
 
     def _flush_acks(self) -> None:
-        self._ack_due = None
-        self._handled_count = 0
-        if not self._handled:
+        handled = self._outbox.take_acks()
+        if not handled:
             return
-        handled, self._handled = self._handled, {}
         for source, entries in self._streams.acks(handled).items():
             self._send_node(source, Ack(entries=[AckEntry(sender=sender, target=target, received=received,
                                                           handled=done)
