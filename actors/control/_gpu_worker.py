@@ -320,7 +320,7 @@ class GpuWorker(Actor):
             request = _request(effect)
             if isinstance(request, JoinGroup):
                 key = (request.session.uid, request.session.attempt)
-                request = JoinGroup(session=request.session, asked_at=self.session_came.pop(key, ctx.now()))
+                request = JoinGroup(session=request.session, asked_at=_rank.session_served(self.session_came, key, ctx.now()))
             if request is not None:
                 if isinstance(request, (AllReduceParams, JoinGroup)):
                     self.collective = True

@@ -153,6 +153,16 @@ def late_for_group(waited: float, timeout: float | None) -> str | None:
             "its peers are near giving up")
 
 
+def session_served(came: dict[tuple[bytes, int], float], key: tuple[bytes, int], now: float) -> float:
+    """When session ``key`` (its group id and attempt) came, by a driver's table of arrivals (``now``
+    if it holds none), forgetting it and every older attempt: attempts only grow, so a session older
+    than one served is never served (a rank skips to the newest) and its entry would stay for ever."""
+    at = came.pop(key, now)
+    for old in [k for k in came if k[1] < key[1]]:
+        del came[old]
+    return at
+
+
 @dataclasses.dataclass(frozen=True, slots=True)
 class MakeGroupId:
     """Make a new group's id (host its store); then call ``group_id_made``."""

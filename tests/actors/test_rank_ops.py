@@ -206,3 +206,13 @@ def test_a_session_that_waited_past_half_the_formation_timeout_is_refused_withou
     assert run(received_at=97.0) == [] and Comm.inits == [1]  # fresh: joined
     assert run(received_at=None) == [] and Comm.inits == [1, 1]  # no stamp: joined
     assert GlooCommunicator(timeout_s=8).formation_timeout_s == 8.0
+
+
+def test_serving_a_session_forgets_every_older_one_a_driver_noted() -> None:
+    """The GpuWorker and the simulator note when each session came; one a newer session overtook is
+    never served, and its entry stayed for the driver's life (one per formation attempt)."""
+    came = {(b"g1", 1): 1.0, (b"g2", 2): 2.0, (b"g3", 3): 3.0, (b"g4", 4): 4.0}
+    assert _rank.session_served(came, (b"g3", 3), 9.0) == 3.0
+    assert came == {(b"g4", 4): 4.0}  # a newer one, still to be served
+    assert _rank.session_served(came, (b"g5", 5), 9.0) == 9.0  # never noted: it came now
+    assert came == {}

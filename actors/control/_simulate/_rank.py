@@ -105,7 +105,7 @@ class SimRank:
                 self.enter_reduce(effect.cycle, effect.weight)
             elif isinstance(effect, _rank.FormGroup):
                 session = effect.session
-                came = self.session_came.pop((session.uid, session.attempt), self.sim.now)
+                came = _rank.session_served(self.session_came, (session.uid, session.attempt), self.sim.now)
                 late = _rank.late_for_group(self.sim.now - came, FORMATION_TIMEOUT)
                 if late is None:
                     self.join_group(session)
