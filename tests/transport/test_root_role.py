@@ -3,6 +3,9 @@ sends, publishes and opens for each input, with no sockets and no threads."""
 
 from __future__ import annotations
 
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule
+
 from actorwire.messages import PROTOCOL_VERSION, DownReason
 from actorwire.messages.runtime import (
     Hello,
@@ -15,8 +18,9 @@ from actorwire.messages.runtime import (
     Welcome,
 )
 from actorwire.transport._liveness import Timing
+from actorwire.transport._membership import View
 from actorwire.transport._registry import REMOVED
-from actorwire.transport.node import Answer, OpenLink, Publish, RootRole, Send, SendRaw, Warn
+from actorwire.transport.node import Answer, Effect, OpenLink, Publish, RootRole, Send, SendRaw, Warn
 from actorwire.transport.node._root import TELL_REMOVED_EVERY
 
 TIMING = Timing.of(1.0, 3.0)  # ZMTP timeout 1.5 s, then 1.5 s of grace
@@ -147,3 +151,86 @@ def test_the_roots_own_unregister_is_published() -> None:
     root.request("root", 0, Register(names=["coordinator"]))
     [published] = root.unregister_own("coordinator")
     assert isinstance(published, Publish) and published.update.removed == ["coordinator"]
+
+
+# -- Hypothesis: every member's view follows the registry, whatever happens ------------------------
+
+NODES = [NodeInfo(node_id=f"n{i}", endpoints=[f"ipc:///tmp/n{i}"], host="elsewhere") for i in range(4)]
+NAMES = ["w/0", "w/1", "w/2", "coordinator"]
+node_ids = st.sampled_from([n.node_id for n in NODES])
+
+
+class RootAndMembers(RuleBasedStateMachine):
+    """The root's role driven by joins, requests, connection events, checks and expulsions, its
+    effects carried out as the node does (a Welcome to the joiner, each Publish applied by the root
+    and sent to every member but the one it skips), members' views fed only by what they are sent."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.now = 0.0
+        self.root = RootRole(ROOT, run_id="run", timing=TIMING, now=0.0, heartbeat_interval=1.0,
+                             staleness_timeout=3.0)
+        self.root_view = View(ROOT, run_id="run", is_root=True)
+        self.views: dict[str, View] = {}
+
+    def carry_out(self, effects: list[Effect]) -> None:
+        for effect in effects:
+            if isinstance(effect, Send) and isinstance(effect.message, Welcome):
+                view = View(next(n for n in NODES if n.node_id == effect.node), run_id="run", is_root=False)
+                view.welcomed(effect.message)
+                self.views[effect.node] = view
+            elif isinstance(effect, Publish):
+                self.root_view.apply(effect.update)
+                for node in self.root.members_but(effect.skip):
+                    if node in self.views:
+                        self.views[node].apply(effect.update)
+
+    @rule(node=node_ids)
+    def join(self, node: str) -> None:
+        info = next(n for n in NODES if n.node_id == node)
+        self.carry_out(self.root.admit(node, hello(info), self.now))
+
+    @rule(node=node_ids, name=st.sampled_from(NAMES), takeover=st.booleans())
+    def register(self, node: str, name: str, takeover: bool) -> None:
+        self.carry_out(self.root.request(node, 1, Register(names=[name], takeover=takeover)))
+
+    @rule(node=node_ids, name=st.sampled_from(NAMES))
+    def unregister(self, node: str, name: str) -> None:
+        self.carry_out(self.root.request(node, 0, Unregister(names=[name])))
+
+    @rule(node=node_ids)
+    def exiting(self, node: str) -> None:
+        self.carry_out(self.root.request(node, 0, NodeExiting(node_id=node)))
+
+    @rule(node=node_ids, up=st.booleans())
+    def connection(self, node: str, up: bool) -> None:
+        if self.root.registry.has_node(node):
+            self.carry_out(self.root.link_up(node) if up else self.root.link_down(node, self.now))
+
+    @rule(dt=st.sampled_from([0.5, 1.0, 2.0, 4.0]))
+    def time_passes(self, dt: float) -> None:
+        self.now += dt
+        self.carry_out(self.root.check(self.now))
+
+    @rule(node=node_ids)
+    def expel(self, node: str) -> None:
+        self.carry_out(self.root.expel(node, "it broke the protocol"))
+
+    @rule(node=node_ids)
+    def process_exited(self, node: str) -> None:
+        self.carry_out(self.root.process_exited(node, -9))
+
+    @invariant()
+    def every_member_and_the_root_see_the_registrys_names(self) -> None:
+        names = self.root.registry.names
+        assert self.root_view.routes == names
+        for node, view in self.views.items():
+            if self.root.registry.has_node(node):
+                assert view.routes == names, node
+
+    @invariant()
+    def names_are_held_only_by_nodes_in_the_registry(self) -> None:
+        assert set(self.root.registry.names.values()) <= set(self.root.registry.nodes)
+
+
+TestRootAndMembers = RootAndMembers.TestCase
