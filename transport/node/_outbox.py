@@ -63,9 +63,7 @@ class Outbox:
     def post(self, item: Any) -> None:
         """A reply (or anything the I/O thread ships in order with the commands)."""
         self.items.append(item)
-        if self.idle:
-            self.idle = False
-            self._wake()
+        self.nudge()
 
     def command(self, item: Any) -> None:
         """A command for the I/O thread: it is woken whether it sleeps or not."""
@@ -85,9 +83,8 @@ class Outbox:
         first = not owed
         owed[key] = seq
         self.owed_count += 1
-        if (first or self.owed_count >= self.ack_every) and self.idle:
-            self.idle = False
-            self._wake()
+        if first or self.owed_count >= self.ack_every:
+            self.nudge()
 
     def handled_many(self, entries: dict[StreamKey, int], count: int) -> None:
         """:meth:`handled` for ``count`` messages, the last of each stream in ``entries``."""
@@ -95,9 +92,8 @@ class Outbox:
         first = not owed
         owed.update(entries)
         self.owed_count += count
-        if (first or self.owed_count >= self.ack_every) and self.idle:
-            self.idle = False
-            self._wake()
+        if first or self.owed_count >= self.ack_every:
+            self.nudge()
 
     # -- the I/O thread ---------------------------------------------------------------
 
