@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import itertools
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Container
 
 import zmq
 
@@ -119,3 +119,63 @@ class Lines:
         for line in lines:
             with line.lock:
                 line.close()
+
+
+class HeldLines:
+    """Lines a member holds because their hello named a node it does not know yet.
+
+    A member learns of a new node from the root's update, and the new node's line
+    reaches it another way, so the line may come first (``actorwire status`` joins
+    and asks every node at once).  Refused, the line's ask waited for the asker's
+    re-send through the node.  Held, the line's messages (its hello first) wait in
+    order until the update names the node (:meth:`release`) or ``patience`` passes
+    (:meth:`expired`).  At most ``limit`` lines wait, each with at most ``depth``
+    messages: what a peer can make this node keep is bounded.  No I/O, no clock
+    reads: the node passes ``now``.
+    """
+
+    def __init__(self, limit: int = 64, depth: int = 64) -> None:
+        self.limit = limit
+        self.depth = depth
+        self._held: dict[str, tuple[str, float, list[list[bytes]]]] = {}
+
+    def __bool__(self) -> bool:
+        return bool(self._held)
+
+    def holds(self, identity: str) -> bool:
+        return identity in self._held
+
+    def hold(self, identity: str, node: str, now: float, hello: list[bytes]) -> bool:
+        """Hold the line ``identity`` of ``node``, its ``hello`` first; False (nothing held) if full."""
+        if len(self._held) >= self.limit:
+            return False
+        self._held[identity] = (node, now, [hello])
+        return True
+
+    def add(self, identity: str, frames: list[bytes]) -> bool:
+        """One more message on a held line; False, and the line is no longer held, over ``depth``."""
+        node, since, messages = self._held[identity]
+        if len(messages) >= self.depth:
+            del self._held[identity]
+            return False
+        messages.append(frames)
+        return True
+
+    def release(self, known: Container[str]) -> list[tuple[str, list[list[bytes]]]]:
+        """The lines whose node is now ``known``, each with its messages in order, no longer held."""
+        out = [(identity, messages) for identity, (node, _, messages) in self._held.items() if node in known]
+        for identity, _ in out:
+            del self._held[identity]
+        return out
+
+    def expired(self, now: float, patience: float) -> list[tuple[str, str]]:
+        """``(identity, node)`` of each line held longer than ``patience``, no longer held."""
+        out = [(identity, node) for identity, (node, since, _) in self._held.items() if now - since > patience]
+        for identity, _ in out:
+            del self._held[identity]
+        return out
+
+    def drop(self, node: str) -> None:
+        """Forget the lines of ``node`` (it left)."""
+        for identity in [i for i, (n, _, _) in self._held.items() if n == node]:
+            del self._held[identity]

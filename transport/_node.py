@@ -113,7 +113,7 @@ from actorwire.transport._errors import (
     WouldBlock,
     WrongType,
 )
-from actorwire.transport._lines import LINE_MARK, MAX_LINES_PER_NODE, Line, Lines
+from actorwire.transport._lines import LINE_MARK, MAX_LINES_PER_NODE, HeldLines, Line, Lines
 from actorwire.transport._liveness import EVENTS as _WATCHED
 from actorwire.transport._liveness import Timing
 from actorwire.transport._log import get_logger
@@ -417,6 +417,7 @@ class Node:
         # The receiving side: lines admitted here (identity -> its node), and where the reply to an ask
         # that came on a line goes ((node, correlation id) -> the line's identity).
         self._line_peers: dict[str, str] = {}
+        self._held_lines = HeldLines()  # lines from a node the root's update has not named yet
         self._reply_via: dict[tuple[str, int], str] = {}
         self._io_ident = -1  # the I/O thread's ident, once it runs
 
@@ -1241,7 +1242,12 @@ class Node:
         """What a peer's user thread sent on its line (see :mod:`._lines`): a hello first, then asks."""
         node = self._line_peers.get(identity)
         if node is None:
-            self._admit_line(identity, identity.partition(LINE_MARK)[0], frames)
+            if not self._held_lines.holds(identity):
+                self._admit_line(identity, identity.partition(LINE_MARK)[0], frames)
+            elif not self._held_lines.add(identity, frames):
+                self._refuse_line(identity, identity.partition(LINE_MARK)[0],
+                                  f"more than {self._held_lines.depth} messages on a line held for its "
+                                  f"node's registration")
             return
         if len(frames) != 1:
             self._refuse(node, "a line message that is not one batch frame")
@@ -1281,13 +1287,32 @@ class Node:
             self._refuse(claimed, f"a hello: {exc}")
             self._send_router(identity, [self._codec.join_records([self._node_record(Refused(reason=str(exc)))])])
             return
-        if not admitted or claimed not in self._nodes or claimed == self.node_id:
+        if not admitted or claimed == self.node_id:
             self._refuse(claimed, "a line from a node that is not a member")
             return
+        if claimed not in self._nodes:
+            if self._root_role is not None:  # the root's view is the registry: nothing will name it
+                self._refuse(claimed, "a line from a node that is not a member")
+            elif not self._held_lines.hold(identity, claimed, time.monotonic(), frames):
+                self._refuse_line(identity, claimed, f"a line from a node that is not a member "
+                                                     f"({self._held_lines.limit} lines wait already)")
+            return  # held: the root's update naming the node may still be on its way
         if sum(1 for n in self._line_peers.values() if n == claimed) >= MAX_LINES_PER_NODE:
             self._refuse(claimed, f"more than {MAX_LINES_PER_NODE} lines")
             return
         self._line_peers[identity] = claimed
+
+    def _refuse_line(self, identity: str, claimed: str, what: str) -> None:
+        """Refuse the line ``identity`` and tell it so: its asks then go the node's way at once."""
+        self._refuse(claimed, what)
+        self._send_router(identity, [self._codec.join_records([self._node_record(Refused(reason=what))])])
+        self._router_of.pop(identity, None)
+
+    def _release_lines(self) -> None:
+        """Read again what held lines sent, for each whose node the view now knows."""
+        for identity, messages in self._held_lines.release(self._nodes):
+            for frames in messages:
+                self._on_line_safely(identity, frames)
 
     def _serve_zap(self) -> None:
         """Answer the CURVE handshake's ZAP request: is the peer's key on the allow-list?"""
@@ -1567,6 +1592,8 @@ class Node:
         self._notify_changed()
         if self._parking:
             self._unpark()
+        if self._held_lines:
+            self._release_lines()
         # Traffic to the root's actors shares the join connection: a second
         # DEALER with our identity would be refused by the root's ROUTER.
         self._links[welcome.root_node_id] = self._links[ROOT_LINK]
@@ -1592,6 +1619,8 @@ class Node:
         self._notify_changed()
         if self._parking and update.added:
             self._unpark()
+        if self._held_lines and update.nodes:
+            self._release_lines()
         for name, node_id in changes.moved:
             for sender in list(self._senders_to.get(name, ())):
                 if (sender, name) in self._out_streams:
@@ -1607,6 +1636,7 @@ class Node:
             self._streams.forget(node_id)
             self._router_of.pop(node_id, None)
             self._lines.drop(node_id)
+            self._held_lines.drop(node_id)
             for identity in [i for i, n in self._line_peers.items() if n == node_id]:
                 del self._line_peers[identity]
                 self._router_of.pop(identity, None)
@@ -1806,6 +1836,9 @@ class Node:
             self._carry_out(self._member_role.check(now))
         if self._parking:
             self._unpark(now)
+        if self._held_lines:
+            for identity, node in self._held_lines.expired(now, self._staleness):
+                self._refuse_line(identity, node, "a line from a node that is not a member")
         self._retransmit(now)
 
     def _retransmit(self, now: float) -> None:

@@ -14,6 +14,7 @@ import sys
 import threading
 from collections.abc import Callable
 
+import msgpack
 import pytest
 from _wire_client import NODE, WireClient, batch, envelope
 from conftest import TESTS, child_env, wait_until
@@ -175,3 +176,41 @@ def test_a_line_carries_asks_only() -> None:
                             (envelope("liar/1", "victim", 1, 9, is_reply=True), {"type": "sync_now"})))
             wait_until(lambda: _refused(system, client.node_id, "lines carry asks"))
         assert "victim" in system.names() and victim.poll() is None
+
+
+def test_a_line_that_comes_before_the_roots_word_of_its_node_is_held_not_refused() -> None:
+    """A member learns of a new node from the root's update, which travels another way than the new
+    node's line to it and may come second (``actorwire status`` joins and asks every node at once).
+    The member holds such a line until the update names its node, then answers on it: refused, the
+    ask waited for the asker's re-send through the node (``retransmit_after``, 2 s) and status came
+    late.  Here the line comes strictly first: the client says hello to the member before the root."""
+    from _actors import Echo
+
+    with ActorSystem(config=CONFIG) as root, \
+            ActorSystem(run_id=root.run_id, join=root.endpoint, config=CONFIG) as member:
+        member.spawn(Echo(), "echo")
+        wait_until(lambda: "echo" in root.names())
+        with WireClient(root.endpoint, root.run_id) as client:
+            line = client.line(member._node.info.endpoints[0])
+            client.corr += 1
+            corr = client.corr
+            line.send(batch((envelope("early/1", "echo", client.next_seq("early/1", "echo"), corr),
+                             {"type": "sync_now"})))
+            wait_until(lambda: client.node_id in member._node._view.peers)  # the member read the hello
+            assert client.hello()["type"] == "welcome"
+            assert client.register(["early/1"])["type"] == "registry_update"
+            assert line.poll(10_000), "the member refused the line (no answer on it)"
+            (env, body), = msgpack.unpackb(line.recv())
+            assert env[5] and env[4] == corr and body == {"type": "sync_now"}
+            assert not _refused(member, client.node_id, "not a member")
+
+
+def test_a_held_line_whose_node_never_joins_is_refused_after_the_staleness_timeout() -> None:
+    with ActorSystem(config=CONFIG) as root, \
+            ActorSystem(run_id=root.run_id, join=root.endpoint, config=CONFIG) as member:
+        with WireClient(root.endpoint, root.run_id) as stranger:
+            line = stranger.line(member._node.info.endpoints[0])
+            wait_until(lambda: _refused(member, stranger.node_id, "not a member"), timeout=30)
+            assert line.poll(5_000), "the refusal was not sent on the line"
+            (_, body), = msgpack.unpackb(line.recv())
+            assert body["type"] == "refused"
