@@ -265,8 +265,9 @@ class GpuWorker(Actor):
         self._schedule(ctx)
 
     def _release(self, ctx: Context) -> None:
-        """Handle what came while the batch trained, in order."""
-        held, self.held = self.held, []
+        """Handle what came while the batch trained, in order; of the group sessions, only the newest
+        (``_rank.current``: the others were formed and given up on while this rank trained)."""
+        held, self.held = _rank.current(self.held), []
         for i, msg in enumerate(held):
             if self.training:  # a message handled just now started another batch
                 self.held = held[i:] + self.held

@@ -261,3 +261,30 @@ def test_a_group_session_held_behind_a_long_batch_is_refused_in_the_adapter_not_
     assert "waited 10.0 s" in (out[0].message.error or "")  # type: ignore[attr-defined]
     out = adapter.deliver(m.JoinGroup(session=session, asked_at=99.0), sender="worker/0")
     assert [s.message for s in out] == [m.GroupJoined(attempt=2, error=None)] and Comm.inits == [0]
+
+
+def test_of_the_group_sessions_held_behind_a_batch_only_the_newest_is_joined() -> None:
+    """As the Worker does (``_rank.current``): sessions that queued while the rank was busy were formed
+    and given up on by the others, one after another; joining each in turn, a rank frozen in a long
+    batch never caught up.  A SyncNow before the newest session was for a group that is gone."""
+    from _actors import LinearWorker
+
+    h = ActorHarness(LinearWorker(rank=0, world_size=1, run_id="r", batch_size=100), name="worker/0",
+                     peers=["coordinator"], effects=False)
+    h.start()
+    h.deliver(m.JoinAccepted(rank=0, world_size=1), sender="coordinator", correlation_id=1, is_reply=True)
+    h.deliver(m.StartEpoch(epoch=0, partition_offset=0, partition_size=250), sender="coordinator")
+    io = "worker/0/io"
+    h.deliver(m.SyncNow(cycle=1, source=0), sender="coordinator")
+    h.deliver(m.ParamsReduced(cycle=1, covered=0), sender=io)
+    assert [s.message for s in h.deliver(m.Throttle(), sender="worker/0")] == [m.TrainBatch(start=0, stop=100)]
+    sessions = [m.NewNcclSession(uid=f"g{n}".encode(), new_rank=0, new_world_size=1, attempt=n) for n in (2, 3, 4)]
+    came = h.ctx.clock
+    assert h.deliver(sessions[0], sender="coordinator") == []  # held: a batch is training
+    assert h.deliver(m.SyncNow(cycle=2), sender="coordinator") == []
+    assert h.deliver(sessions[1], sender="coordinator") == []
+    assert h.deliver(sessions[2], sender="coordinator") == []
+    out = h.deliver(m.BatchTrained(start=0, stop=100, loss=0.5, batch_ms=3.0), sender=io)
+    joins = [s.message for s in out if isinstance(s.message, m.JoinGroup)]
+    assert joins == [m.JoinGroup(session=sessions[2], asked_at=came)]
+    assert not [s.message for s in out if isinstance(s.message, m.AllReduceParams)]
