@@ -20,8 +20,9 @@ import time
 import digits  # examples/digits.py: the model, the data, one training step
 import torch
 
-from actorwire import messages as m
 from actorwire.actors.control import Worker, run_local  # actorwire
+from actorwire.messages import Message
+from actorwire.messages import kinds as m
 from actorwire.transport.comm import GlooCommunicator
 
 WORKERS = int(os.environ.get("WORKERS", "3"))
@@ -55,7 +56,7 @@ def train() -> int:
 def launch() -> int:
     """Start a coordinator here and the workers as child processes, then wait for the run to end."""
 
-    def show(msg: m.Message) -> None:
+    def show(msg: Message) -> None:
         if isinstance(msg, m.EpochMetrics):
             print(f"epoch {msg.epoch}: loss {msg.avg_loss:.4f}", flush=True)
 

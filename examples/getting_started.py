@@ -8,8 +8,9 @@ import time
 
 import torch
 
-from actorwire import messages as m
 from actorwire.actors.control import Worker, run_local
+from actorwire.messages import Message
+from actorwire.messages import kinds as m
 from actorwire.transport.comm import GlooCommunicator
 
 N, BATCH, EPOCHS = 512, 32, 3
@@ -48,7 +49,7 @@ def train() -> int:
 def main() -> int:
     """A coordinator here, this script as ranks 0, 1 and 2."""
 
-    def show(msg: m.Message) -> None:
+    def show(msg: Message) -> None:
         if isinstance(msg, m.EpochMetrics):
             print(f"epoch {msg.epoch}: loss {msg.avg_loss:.4f}", flush=True)
 

@@ -9,6 +9,7 @@ validation.  This package imports nothing else of actorwire.  The node protocol'
 
 from __future__ import annotations
 
+from . import kinds
 from ._base import Message, Record
 from ._catalog import BY_KIND, FAMILIES, MESSAGE_TYPES, AnyMessage, message_type
 from ._codec import (
@@ -32,123 +33,24 @@ from ._errors import (
 )
 from ._public import publish as _publish
 from ._schema import describe, example, json_schema
-from .kinds._control import (
-    AbortComm,
-    AllReduceParams,
-    BatchTrained,
-    Checkpoint,
-    ControlMsg,
-    CoordHeartbeat,
-    DeclareDead,
-    EpochAggregated,
-    EvalBroadcast,
-    Evicted,
-    ExecuteEval,
-    ExtendPartition,
-    Fanout,
-    GroupFormed,
-    GroupIdMade,
-    GroupJoined,
-    JoinAccepted,
-    JoinGroup,
-    JoinRejected,
-    NewGroupId,
-    NewNcclSession,
-    ParamsReduced,
-    RankLost,
-    RequestNewNcclId,
-    SetEpochCallbackRole,
-    SetGlobalStep,
-    Shutdown,
-    ShutdownWithSave,
-    StartEpoch,
-    SyncNow,
-    Throttle,
-    TrainBatch,
-    WriteMeta,
-)
-from .kinds._enums import DownReason, ErrorCode, IntentKind, Plane, SaveReason
-from .kinds._metrics import EpochMetrics, MetricsMsg, ResourceUsage, ScalarSum
-from .kinds._runtime import (
-    AskFailed,
-    Down,
-    ErrorReply,
-    RankExited,
-    TimerFired,
-)
-from .kinds._status import ActorDetail, ActorStatus, MemberStatus, NodeStatus, RankStatus, StatusMsg, StatusRequest
-from .kinds._tensor import TensorRef
-from .kinds._timing import (
-    Batch,
-    CheckpointResult,
-    EpochFnElapsed,
-    EvalResult,
-    Exiting,
-    Heartbeat,
-    Intent,
-    JoinRequest,
-    LrUpdate,
-    NewNcclIdGenerated,
-    RelayReport,
-    SessionFailed,
-    SyncAck,
-    TimingMsg,
-)
-from .kinds._weights import (
-    BeginSync,
-    DigestState,
-    EndSync,
-    FreeGroup,
-    GroupsFreed,
-    HeldNames,
-    PackPull,
-    PublishGroup,
-    PullPacked,
-    PullReply,
-    PullRequest,
-    PullWritten,
-    ReserveRing,
-    ReserveServeBuffer,
-    RingReserved,
-    ServeBufferReserved,
-    StateDigest,
-    SyncFailed,
-    WeightMsg,
-    WritePull,
-)
 
 __all__ = [
     "PROTOCOL_VERSION", "DEFAULT_MAX_MESSAGE_SIZE",
     # codec
     "Codec", "encode", "decode", "encode_message", "decode_message",
     # base and catalog
-    "Message", "Record", "Envelope", "TensorRef", "AnyMessage", "MESSAGE_TYPES", "FAMILIES",
+    "Message", "Record", "Envelope", "AnyMessage", "MESSAGE_TYPES", "FAMILIES",
     "BY_KIND", "message_type", "describe", "example", "json_schema",
     # errors
     "ActorwireError", "UsageError", "PeerError", "DecodeError", "MalformedMessage", "UnknownMessage", "MessageTooLarge",
     "ProtocolVersionMismatch",
-    # enums
-    "IntentKind", "SaveReason", "DownReason", "Plane", "ErrorCode",
-    # unions
-    "ControlMsg", "TimingMsg", "WeightMsg",
-    # control
-    "StartEpoch", "ExtendPartition", "SyncNow",
-    "Throttle", "SetGlobalStep", "Checkpoint", "ExecuteEval", "SetEpochCallbackRole",
-    "EpochAggregated", "EvalBroadcast", "DeclareDead", "RequestNewNcclId", "NewNcclSession",
-    "Shutdown", "ShutdownWithSave", "Evicted", "RankLost", "GroupFormed", "CoordHeartbeat", "JoinAccepted", "JoinRejected", "WriteMeta",
-    "TrainBatch", "BatchTrained", "AllReduceParams", "ParamsReduced", "JoinGroup", "GroupJoined", "NewGroupId",
-    "GroupIdMade", "AbortComm",
-    # timing and metrics
-    "Batch", "SyncAck", "Exiting", "LrUpdate", "Intent", "Heartbeat",
-    "EvalResult", "CheckpointResult", "NewNcclIdGenerated", "EpochFnElapsed",
-    "JoinRequest", "SessionFailed", "RelayReport", "Fanout", "MetricsMsg", "EpochMetrics", "ScalarSum", "ResourceUsage",
-    # weights
-    "BeginSync", "PublishGroup", "FreeGroup", "GroupsFreed", "EndSync", "SyncFailed", "HeldNames",
-    "ReserveServeBuffer", "ServeBufferReserved", "PullRequest", "PullReply",
-    "ReserveRing", "RingReserved", "PackPull", "PullPacked", "WritePull", "PullWritten", "DigestState", "StateDigest",
-    # what the runtime tells an actor
-    "Down", "ErrorReply", "AskFailed", "TimerFired", "RankExited",
-    # what a running system says of itself (actorwire status, ActorSystem.statistics())
-    "StatusRequest", "NodeStatus", "ActorStatus", "MemberStatus", "StatusMsg", "ActorDetail", "RankStatus",
 ]
 _publish(globals(), __all__)
+
+
+def __getattr__(name: str) -> object:
+    """The kinds' old path (``from actorwire.messages import StartEpoch``), kept for code written
+    before they moved to :mod:`actorwire.messages.kinds`."""
+    if name in kinds.__all__:
+        return getattr(kinds, name)
+    raise AttributeError(f"module 'actorwire.messages' has no attribute {name!r}")

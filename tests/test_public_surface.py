@@ -13,19 +13,24 @@ PUBLIC = {
         "__version__",
     },
     "actorwire.messages": {
-        "ActorwireError", "AnyMessage", "AskFailed", "BY_KIND", "Batch", "BeginSync", "Checkpoint",
-        "CheckpointResult", "Codec", "ControlMsg", "CoordHeartbeat", "DEFAULT_MAX_MESSAGE_SIZE", "DeclareDead",
-        "DecodeError", "Down", "DownReason", "EndSync", "Evicted", "RankLost", "GroupFormed", "Envelope", "EpochAggregated", "EpochFnElapsed",
+        "PROTOCOL_VERSION", "DEFAULT_MAX_MESSAGE_SIZE", "Codec", "encode", "decode", "encode_message",
+        "decode_message", "Message", "Record", "Envelope", "AnyMessage", "MESSAGE_TYPES", "FAMILIES", "BY_KIND",
+        "message_type", "describe", "example", "json_schema", "ActorwireError", "UsageError", "PeerError",
+        "DecodeError", "MalformedMessage", "UnknownMessage", "MessageTooLarge", "ProtocolVersionMismatch",
+    },
+    "actorwire.messages.kinds": {
+        "AskFailed", "Batch", "BeginSync", "Checkpoint",
+        "CheckpointResult", "ControlMsg", "CoordHeartbeat", "DeclareDead",
+        "Down", "DownReason", "EndSync", "Evicted", "RankLost", "GroupFormed", "EpochAggregated", "EpochFnElapsed",
         "EpochMetrics", "ErrorCode", "ErrorReply", "EvalBroadcast", "EvalResult", "ExecuteEval", "Exiting",
-        "ExtendPartition", "FAMILIES", "FreeGroup", "GroupsFreed", "Heartbeat", "HeldNames", "Intent",
-        "IntentKind", "JoinAccepted", "JoinRejected", "JoinRequest", "LrUpdate", "MESSAGE_TYPES",
-        "MalformedMessage", "Message", "MessageTooLarge", "MetricsMsg", "NewNcclIdGenerated", "NewNcclSession",
-        "PROTOCOL_VERSION", "PeerError", "Plane", "ProtocolVersionMismatch", "PublishGroup", "PullReply",
-        "PullRequest", "RankExited", "Record", "RequestNewNcclId", "ReserveServeBuffer", "ResourceUsage", "SaveReason",
+        "ExtendPartition", "FreeGroup", "GroupsFreed", "Heartbeat", "HeldNames", "Intent",
+        "IntentKind", "JoinAccepted", "JoinRejected", "JoinRequest", "LrUpdate",
+        "MetricsMsg", "NewNcclIdGenerated", "NewNcclSession",
+        "Plane", "PublishGroup", "PullReply",
+        "PullRequest", "RankExited", "RequestNewNcclId", "ReserveServeBuffer", "ResourceUsage", "SaveReason",
         "RelayReport", "Fanout", "ScalarSum", "ServeBufferReserved", "SessionFailed", "SetEpochCallbackRole", "SetGlobalStep",
         "Shutdown", "ShutdownWithSave", "StartEpoch", "SyncAck", "SyncFailed", "SyncNow", "TensorRef",
-        "Throttle", "TimerFired", "TimingMsg", "UnknownMessage", "UsageError", "WeightMsg", "decode",
-        "decode_message", "describe", "encode", "encode_message", "example", "json_schema", "message_type",
+        "Throttle", "TimerFired", "TimingMsg", "WeightMsg",
         # effects: what an actor tells its adapter, and what it hears back (decision 0017)
         "ReserveRing", "RingReserved", "PackPull", "PullPacked", "WritePull", "PullWritten", "DigestState",
         "StateDigest", "WriteMeta", "TrainBatch", "BatchTrained", "AllReduceParams", "ParamsReduced", "JoinGroup",
@@ -101,6 +106,31 @@ def test_the_actors_surface_is_what_a_user_writes_code_against() -> None:
     assert 15 <= len(PUBLIC["actorwire.actors"]) <= 25
     internals = {"Node", "BlockingReply", "Registry", "Mailbox", "get_logger", "Hello", "Welcome", "Ack"}
     assert not internals & (PUBLIC["actorwire.transport"] | PUBLIC["actorwire.messages"] | PUBLIC["actorwire.actors"])
+
+
+def test_the_kinds_old_path_still_imports_and_is_the_same_class() -> None:
+    """Code written before the kinds moved to ``actorwire.messages.kinds`` keeps working: each kind,
+    enum and record is still importable from ``actorwire.messages``, and is the same object."""
+    import actorwire.messages as messages
+    from actorwire.messages import DownReason, StartEpoch  # the old path, as users wrote it
+    from actorwire.messages import kinds
+
+    assert StartEpoch is kinds.StartEpoch and DownReason is kinds.DownReason
+    for name in kinds.__all__:
+        assert getattr(messages, name) is getattr(kinds, name), name
+    with pytest.raises(AttributeError, match="no attribute 'NoSuchKind'"):
+        messages.NoSuchKind  # noqa: B018
+    with pytest.raises(ImportError):
+        exec("from actorwire.messages import NoSuchKind", {})
+
+
+def test_the_messages_core_is_small_and_holds_no_kind() -> None:
+    """``actorwire.messages`` is the codec, the envelope, the catalog and the errors; the kinds have
+    their own namespace (issue 35: it exported 111 names, 76 of them kinds)."""
+    from actorwire.messages import MESSAGE_TYPES
+
+    assert len(PUBLIC["actorwire.messages"]) <= 30
+    assert not {cls.__name__ for cls in MESSAGE_TYPES} & PUBLIC["actorwire.messages"]
 
 
 def test_every_package_folder_is_in_the_distribution() -> None:

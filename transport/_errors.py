@@ -11,8 +11,9 @@ from __future__ import annotations
 import difflib
 from collections.abc import Iterable
 
-from actorwire.messages import ActorwireError, DownReason, ErrorCode, PeerError, UsageError
+from actorwire.messages import ActorwireError, PeerError, UsageError
 from actorwire.messages._errors import AlreadyExists, InvalidArgument, NoSuchFile, NotFound, WrongType
+from actorwire.messages.kinds import DownReason, ErrorCode
 
 __all__ = ["AlreadyExists", "InvalidArgument", "NoSuchFile", "NotFound", "WrongType"]  # re-exported from here
 

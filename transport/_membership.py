@@ -30,7 +30,8 @@ import collections
 import dataclasses
 from typing import Any
 
-from actorwire.messages import PROTOCOL_VERSION, DownReason, PeerError
+from actorwire.messages import PROTOCOL_VERSION, PeerError
+from actorwire.messages.kinds import DownReason
 from actorwire.messages.runtime import Hello, NodeInfo, RegistryUpdate, Welcome
 
 

@@ -61,19 +61,8 @@ from typing import Any, cast
 import msgspec
 import zmq
 
-from actorwire.messages import (
-    PROTOCOL_VERSION,
-    ActorStatus,
-    Codec,
-    DecodeError,
-    DownReason,
-    Envelope,
-    ErrorCode,
-    ErrorReply,
-    MemberStatus,
-    Message,
-    NodeStatus,
-)
+from actorwire.messages import PROTOCOL_VERSION, Codec, DecodeError, Envelope, Message
+from actorwire.messages.kinds import ActorStatus, DownReason, ErrorCode, ErrorReply, MemberStatus, NodeStatus
 from actorwire.messages.runtime import (
     Ack,
     AckEntry,

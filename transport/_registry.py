@@ -31,7 +31,8 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable
 
-from actorwire.messages import DownReason, UsageError
+from actorwire.messages import UsageError
+from actorwire.messages.kinds import DownReason
 from actorwire.messages.runtime import NodeInfo, RegistryUpdate
 from actorwire.transport._liveness import Timing, Watch
 

@@ -25,11 +25,12 @@ from typing import Any
 
 import zmq
 
-from actorwire import messages as m
 from actorwire.actors.bench._harness import Result
 from actorwire.actors.runtime._actor import Actor, handler
 from actorwire.actors.runtime._context import Context
 from actorwire.actors.runtime._replay import register_replayable
+from actorwire.messages import Codec, Envelope, Message
+from actorwire.messages import kinds as m
 from actorwire.transport.internal import WaitTimeout, reload_settings
 
 BATCH = m.Batch(rank=3, batch_ms=12.5, step_count=1000, batch_loss=0.25, data_ms=1.5)
@@ -47,7 +48,7 @@ class Sink(Actor):
         self.count = 0
 
     @handler(m.Batch, m.Heartbeat)
-    def on_batch(self, msg: m.Message, ctx: Context) -> None:
+    def on_batch(self, msg: Message, ctx: Context) -> None:
         self.count += 1
         if self.count == self.expect and self.notify:
             ctx.tell(self.notify, m.Heartbeat(rank=0, step_count=self.count))
@@ -92,8 +93,8 @@ def _frames() -> list[bytes]:
     (Sent as two frames instead, raw pyzmq is about 6x slower on a 2-core VM,
     which would flatter our ratio; the single frame is the honest baseline.)
     """
-    codec = m.Codec()
-    return [codec.encode_record(m.Envelope(sender="flooder", target="sink", seq=1), BATCH)]
+    codec = Codec()
+    return [codec.encode_record(Envelope(sender="flooder", target="sink", seq=1), BATCH)]
 
 
 # -- raw pyzmq baselines (run in a child: python -m actorwire.actors.bench._bus ...) ----------

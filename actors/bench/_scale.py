@@ -45,9 +45,10 @@ import sys
 import time
 from typing import Any
 
-from actorwire import messages as m
 from actorwire.actors import _names
 from actorwire.actors.bench._harness import Result
+from actorwire.messages import Message
+from actorwire.messages import kinds as m
 
 RATE_HZ = 10.0
 
@@ -90,7 +91,7 @@ def _simulate(first: int, count: int, world: int, run_id: str, batches: int, rel
     sent = 0
     started = time.monotonic()
 
-    def to_coordinator(r: int, msg: m.Message) -> None:
+    def to_coordinator(r: int, msg: Message) -> None:
         """A SyncAck or MetricsMsg: through the relay (reported once this pass is done), or straight."""
         if relay_box is None:
             boxes[r].tell("coordinator", msg)
@@ -99,7 +100,7 @@ def _simulate(first: int, count: int, world: int, run_id: str, batches: int, rel
         elif isinstance(msg, m.MetricsMsg):
             buffer.report(msg)
 
-    def told(r: int, msg: m.Message) -> None:
+    def told(r: int, msg: Message) -> None:
         """What the coordinator told rank ``r`` (straight, or through the relay), as a real rank takes it."""
         box = boxes[r]
         if isinstance(msg, m.StartEpoch):

@@ -36,8 +36,9 @@ from typing import Any
 
 import msgspec
 
-from actorwire import messages as m
 from actorwire.actors.bench._harness import Result
+from actorwire.messages import Codec
+from actorwire.messages import kinds as m
 
 SIZES = {"64MiB": 64 << 20, "1GiB": 1 << 30}
 
@@ -284,7 +285,7 @@ def _publish_group64() -> list[Result]:
     from actorwire.transport.internal import local_plane as _local
 
     group = {f"layers.3.w{i}": torch.randn(256) for i in range(64)}
-    codec = m.Codec()
+    codec = Codec()
 
     def best_publish(export: Any, release: Any) -> float:
         """Best of 20: put the group on a plane and encode its PublishGroup."""

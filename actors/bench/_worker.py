@@ -11,10 +11,11 @@ import sys
 import time
 from typing import Any
 
-from actorwire import messages as m
 from actorwire.actors.bench._harness import Result
 from actorwire.actors.runtime._actor import Actor, handler
 from actorwire.actors.runtime._context import Context
+from actorwire.messages import Message
+from actorwire.messages import kinds as m
 
 
 class AcceptAll(Actor):
@@ -25,7 +26,7 @@ class AcceptAll(Actor):
         ctx.reply(m.JoinAccepted(rank=msg.rank, world_size=msg.world_size))
 
     @handler
-    def on_other(self, msg: m.Message, ctx: Context) -> None:
+    def on_other(self, msg: Message, ctx: Context) -> None:
         pass
 
 

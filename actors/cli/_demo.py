@@ -22,13 +22,13 @@ import tempfile
 import time
 from typing import Any
 
-from actorwire import messages as m
 from actorwire.actors import _names
 from actorwire.actors.cli._summary import summary_path_problem, write_summary
 from actorwire.actors.control._coordinator import Coordinator
 from actorwire.actors.runtime._launch import ChildProcess
 from actorwire.actors.runtime._system import ActorSystem
 from actorwire.actors.weights._consumer import ModelConsumer
+from actorwire.messages import kinds as m
 
 
 def _spawn_consumers(system: ActorSystem, workers: int) -> dict[int, ModelConsumer]:

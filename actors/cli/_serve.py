@@ -17,7 +17,7 @@ import sys
 import threading
 import uuid
 
-from actorwire import messages as m
+from actorwire.messages import kinds as m
 from actorwire.transport.internal import settings
 
 

@@ -2,7 +2,7 @@
 
 Both join the system as a worker does (the run's endpoint and run id, and its
 CURVE keys over tcp), ask every node's introspector for its
-:class:`~actorwire.messages.NodeStatus` and show nodes, actors, ranks, rates
+:class:`~actorwire.messages.kinds.NodeStatus` and show nodes, actors, ranks, rates
 and recent errors.  ``status`` prints once (``--json`` too); ``top`` redraws
 until Ctrl-C.  Rates are counts over the time between two samples.
 
@@ -22,7 +22,8 @@ from typing import Any
 
 import msgspec
 
-from actorwire import messages as m
+from actorwire.messages import ActorwireError
+from actorwire.messages import kinds as m
 from actorwire.transport.internal import ConfigError
 
 _INTROSPECTOR = ".introspect/"
@@ -90,7 +91,7 @@ def sample(system: Any, timeout: float) -> tuple[list[m.NodeStatus], list[str]]:
             continue
         try:
             statuses.append(system.ask(name, m.StatusRequest(), timeout=timeout, expect=m.NodeStatus))
-        except m.ActorwireError:
+        except ActorwireError:
             silent.append(name[len(_INTROSPECTOR):])
     statuses.sort(key=lambda s: (not s.is_root, s.node_id))
     return statuses, silent

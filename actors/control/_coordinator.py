@@ -44,7 +44,8 @@ from actorwire.actors.control._sync import SyncCadence
 from actorwire.actors.runtime._actor import Actor, EffectsAdapter, effects_name, handler
 from actorwire.actors.runtime._context import Context
 from actorwire.actors.runtime._replay import register_replayable
-from actorwire.messages import (
+from actorwire.messages import Message
+from actorwire.messages.kinds import (
     ActorDetail,
     Batch,
     Checkpoint,
@@ -70,7 +71,6 @@ from actorwire.messages import (
     JoinRejected,
     JoinRequest,
     LrUpdate,
-    Message,
     MetricsMsg,
     NewNcclIdGenerated,
     NewNcclSession,

@@ -39,7 +39,8 @@ from actorwire.actors.control._rank import Effect, RankProtocol
 from actorwire.actors.control._rank_ops import all_reduce, form_group, new_group_id, run_checkpoint, run_eval
 from actorwire.actors.runtime._actor import Actor, EffectsAdapter, effects_name, handler
 from actorwire.actors.runtime._context import Context
-from actorwire.messages import (
+from actorwire.messages import Message
+from actorwire.messages.kinds import (
     AbortComm,
     AllReduceParams,
     BatchTrained,
@@ -58,7 +59,6 @@ from actorwire.messages import (
     JoinAccepted,
     JoinGroup,
     JoinRejected,
-    Message,
     NewGroupId,
     NewNcclSession,
     ParamsReduced,

@@ -13,7 +13,7 @@ from typing import Any, Callable
 
 import msgspec
 
-from actorwire.messages import EpochMetrics, JoinRequest, MetricsMsg
+from actorwire.messages.kinds import EpochMetrics, JoinRequest, MetricsMsg
 from actorwire.transport.internal import InvalidArgument
 
 #: ``schedule_id`` of the single canonical eval at the end of the run.

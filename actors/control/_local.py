@@ -8,7 +8,8 @@ from collections.abc import Callable
 from typing import Any
 
 from actorwire.actors.control._coordinator import Coordinator, RunOutcome
-from actorwire.messages import Down, Message
+from actorwire.messages import Message
+from actorwire.messages.kinds import Down
 
 
 @dataclasses.dataclass(frozen=True)

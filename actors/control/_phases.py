@@ -13,8 +13,8 @@ from __future__ import annotations
 
 import enum
 
-from actorwire.messages import (
-    ActorwireError,
+from actorwire.messages import ActorwireError, Message
+from actorwire.messages.kinds import (
     Batch,
     CheckpointResult,
     Down,
@@ -25,7 +25,6 @@ from actorwire.messages import (
     Intent,
     JoinRequest,
     LrUpdate,
-    Message,
     MetricsMsg,
     NewNcclIdGenerated,
     RankExited,

@@ -54,8 +54,8 @@ import math
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from actorwire.messages import (
-    ActorwireError,
+from actorwire.messages import ActorwireError, Message, UsageError
+from actorwire.messages.kinds import (
     Batch,
     Checkpoint,
     CheckpointResult,
@@ -77,7 +77,6 @@ from actorwire.messages import (
     JoinRejected,
     JoinRequest,
     LrUpdate,
-    Message,
     MetricsMsg,
     NewNcclIdGenerated,
     NewNcclSession,
@@ -92,7 +91,6 @@ from actorwire.messages import (
     SyncAck,
     SyncNow,
     Throttle,
-    UsageError,
 )
 from actorwire.messages.kinds._control import Evicted
 

@@ -7,7 +7,7 @@ from collections.abc import Callable
 from typing import Any
 
 from actorwire.actors.control import _rank
-from actorwire.messages import Checkpoint, CheckpointResult, EvalResult, ExecuteEval, NewNcclSession
+from actorwire.messages.kinds import Checkpoint, CheckpointResult, EvalResult, ExecuteEval, NewNcclSession
 from actorwire.transport.comm import CommError, Communicator
 
 

@@ -1,6 +1,6 @@
 """A per-host relay: the ranks of one host report to it, and it tells the coordinator one
-:class:`~actorwire.messages.RelayReport` per interval; the coordinator tells the ranks through it
-(:class:`~actorwire.messages.Fanout`: one message per host, not per rank).
+:class:`~actorwire.messages.kinds.RelayReport` per interval; the coordinator tells the ranks through it
+(:class:`~actorwire.messages.kinds.Fanout`: one message per host, not per rank).
 
 One coordinator takes ``N x 11`` messages a second from ``N`` ranks (a ``Batch`` at 10 Hz, a
 ``Heartbeat`` a second), each decoded, numbered, acknowledged and handled on its own.  Past a few
@@ -29,12 +29,12 @@ from actorwire.actors import _names
 from actorwire.actors.runtime._actor import Actor, handler
 from actorwire.actors.runtime._context import Context
 from actorwire.actors.runtime._replay import register_replayable
-from actorwire.messages import (
+from actorwire.messages import Message
+from actorwire.messages.kinds import (
     Batch,
     ExtendPartition,
     Fanout,
     Heartbeat,
-    Message,
     MetricsMsg,
     RelayReport,
     StartEpoch,

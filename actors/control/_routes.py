@@ -13,7 +13,8 @@ import typing
 from collections.abc import Iterable
 from typing import Any, Literal, Protocol
 
-from actorwire.messages import Fanout, Message
+from actorwire.messages import Message
+from actorwire.messages.kinds import Fanout
 from actorwire.messages.kinds._control import ToRank
 
 #: What a rank behind a relay is told through it (``Fanout.messages``).

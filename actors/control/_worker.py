@@ -39,7 +39,7 @@ from actorwire.actors.control import _rank
 from actorwire.actors.control._rank import Effect, Plan, RankProtocol, WorkerError
 from actorwire.actors.control._rank_ops import carry_out
 from actorwire.actors.control._rank_record import RecordedProtocol, recorded
-from actorwire.messages import EpochMetrics, IntentKind, SaveReason, ShutdownWithSave
+from actorwire.messages.kinds import EpochMetrics, IntentKind, SaveReason, ShutdownWithSave
 from actorwire.transport import ActorDead, SystemClosed, UnknownActor
 from actorwire.transport.comm import Communicator, GlooCommunicator
 from actorwire.transport.internal import InvalidArgument, get_logger, settings

@@ -27,7 +27,8 @@ import typing
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
-from actorwire.messages import ActorDetail, Message
+from actorwire.messages import Message
+from actorwire.messages.kinds import ActorDetail
 from actorwire.transport.internal import WrongType
 
 if TYPE_CHECKING:

@@ -15,16 +15,8 @@ from actorwire.actors.runtime._context import LiveContext, RecordingContext
 from actorwire.actors.runtime._mailbox import Mailbox
 from actorwire.actors.runtime._record import IN_TAG as _IN
 from actorwire.actors.runtime._record import Recorder
-from actorwire.messages import (
-    ActorDetail,
-    ActorStatus,
-    AskFailed,
-    Envelope,
-    ErrorCode,
-    ErrorReply,
-    Message,
-    TimerFired,
-)
+from actorwire.messages import Envelope, Message
+from actorwire.messages.kinds import ActorDetail, ActorStatus, AskFailed, ErrorCode, ErrorReply, TimerFired
 from actorwire.transport import (
     ActorDead,
     AskTimeout,

@@ -26,7 +26,8 @@ from typing import TYPE_CHECKING, Any
 import msgspec
 
 from actorwire.actors.runtime._timers import check_delay
-from actorwire.messages import ActorwireError, DownReason, Envelope, Message
+from actorwire.messages import ActorwireError, Envelope, Message
+from actorwire.messages.kinds import DownReason
 from actorwire.transport.internal import ActorDead, NotAnAsk, UnknownActor, get_logger
 from actorwire.transport.recording import Clock, Draw, Effect, Out
 

@@ -3,8 +3,8 @@
 Each :class:`~actorwire.actors.runtime._system.ActorSystem` spawns one, named
 ``.introspect/<node id>`` (a name starting with ``.`` is the runtime's: hidden
 from ``names()`` and from ``wait()``).  It answers
-:class:`~actorwire.messages.StatusRequest` with the node's
-:class:`~actorwire.messages.NodeStatus`, the same record ``system.statistics()``
+:class:`~actorwire.messages.kinds.StatusRequest` with the node's
+:class:`~actorwire.messages.kinds.NodeStatus`, the same record ``system.statistics()``
 returns, over the bus and so with its authentication: a status client joins
 the system as a worker does.  It is read-only: it takes counters and copies
 of state, and changes nothing.  It never blocks, so it answers from the I/O
@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, ClassVar
 
 from actorwire.actors.runtime._actor import Actor, handler
 from actorwire.actors.runtime._context import Context
-from actorwire.messages import StatusRequest
+from actorwire.messages.kinds import StatusRequest
 
 if TYPE_CHECKING:
     from actorwire.actors.runtime._system import ActorSystem

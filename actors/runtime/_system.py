@@ -26,16 +26,8 @@ from actorwire.actors.runtime._inbox import Inbox
 from actorwire.actors.runtime._launch import ActorSpec, ChildProcess, set_process_title
 from actorwire.actors.runtime._record import RecordSettings
 from actorwire.actors.runtime._timers import Timers
-from actorwire.messages import (
-    ActorwireError,
-    Down,
-    DownReason,
-    Envelope,
-    ErrorCode,
-    Message,
-    NodeStatus,
-    RankExited,
-)
+from actorwire.messages import ActorwireError, Envelope, Message
+from actorwire.messages.kinds import Down, DownReason, ErrorCode, NodeStatus, RankExited
 from actorwire.transport import (
     ActorDead,
     RemoteError,

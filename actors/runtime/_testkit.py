@@ -21,15 +21,8 @@ from typing import Any
 
 from actorwire.actors.runtime._actor import Actor, dispatch, effects_name
 from actorwire.actors.runtime._context import FakeContext, Sent
-from actorwire.messages import (
-    AskFailed,
-    Down,
-    DownReason,
-    Envelope,
-    ErrorCode,
-    Message,
-    TimerFired,
-)
+from actorwire.messages import Envelope, Message
+from actorwire.messages.kinds import AskFailed, Down, DownReason, ErrorCode, TimerFired
 from actorwire.transport.internal import InvalidArgument
 
 

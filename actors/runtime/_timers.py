@@ -9,7 +9,8 @@ import threading
 import time
 from typing import Any
 
-from actorwire.messages import Envelope, TimerFired
+from actorwire.messages import Envelope
+from actorwire.messages.kinds import TimerFired
 from actorwire.transport.internal import InvalidArgument, WrongType
 
 

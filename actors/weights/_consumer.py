@@ -32,7 +32,7 @@ from actorwire.actors.runtime._actor import Actor, effects_name, handler
 from actorwire.actors.runtime._context import Context
 from actorwire.actors.runtime._replay import register_replayable
 from actorwire.actors.weights._plan import Chunk, WeightPlan
-from actorwire.messages import (
+from actorwire.messages.kinds import (
     ActorDetail,
     BeginSync,
     DigestState,

@@ -17,7 +17,7 @@ from typing import Any
 from actorwire.actors.runtime._actor import EffectsAdapter, handler
 from actorwire.actors.runtime._context import Context
 from actorwire.actors.weights._plan import state_digest
-from actorwire.messages import (
+from actorwire.messages.kinds import (
     DigestState,
     PackPull,
     PullPacked,

@@ -37,13 +37,13 @@ from actorwire.actors.runtime._actor import Actor, effects_name, handler
 from actorwire.actors.runtime._context import Context
 from actorwire.actors.runtime._replay import register_replayable
 from actorwire.actors.weights._plan import WeightPlan
-from actorwire.messages import (
+from actorwire.messages import Message
+from actorwire.messages.kinds import (
     BeginSync,
     Down,
     EndSync,
     FreeGroup,
     GroupsFreed,
-    Message,
     PackPull,
     Plane,
     PublishGroup,

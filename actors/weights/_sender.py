@@ -41,15 +41,7 @@ from actorwire.actors.weights._producer import (
     WeightProducer,
     consumer_name,
 )
-from actorwire.messages import (
-    BeginSync,
-    Down,
-    EndSync,
-    GroupsFreed,
-    HeldNames,
-    PublishGroup,
-    SyncFailed,
-)
+from actorwire.messages.kinds import BeginSync, Down, EndSync, GroupsFreed, HeldNames, PublishGroup, SyncFailed
 from actorwire.transport.internal import InvalidArgument, get_logger
 from actorwire.transport.internal import local_plane as _local
 

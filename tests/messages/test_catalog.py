@@ -69,21 +69,21 @@ def test_tags_are_unique_and_lowercase() -> None:
 
 
 def test_every_kind_is_frozen_and_exported_from_exactly_one_public_module() -> None:
-    from actorwire.messages import reserved, runtime
+    from actorwire.messages import kinds, reserved, runtime
 
     for cls in m.MESSAGE_TYPES:
         assert cls.__struct_config__.frozen, cls
-        homes = [mod for mod in (messages, runtime, reserved) if cls.__name__ in mod.__all__]
+        homes = [mod for mod in (messages, kinds, runtime, reserved) if cls.__name__ in mod.__all__]
         assert len(homes) == 1, (cls, homes)
         assert getattr(homes[0], cls.__name__) is cls
 
 
 def test_family_unions_are_exported() -> None:
-    from actorwire.messages import reserved, runtime
+    from actorwire.messages import kinds, reserved, runtime
 
     assert set(m.FAMILIES) == {"control", "timing", "metrics", "weights", "rendezvous", "runtime", "status"}
     for name in ("ControlMsg", "TimingMsg", "WeightMsg", "StatusMsg"):
-        assert name in messages.__all__
+        assert name in kinds.__all__
     assert "RuntimeMsg" in runtime.__all__ and "RendezvousMsg" in reserved.__all__
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from actorwire.messages import DownReason
+from actorwire.messages.kinds import DownReason
 from actorwire.messages.runtime import RegistryUpdate, Welcome
 from actorwire.transport._liveness import Timing, Watch
 from actorwire.transport._membership import View

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from actorwire.messages import Plane
+from actorwire.messages.kinds import Plane
 from actorwire.transport._errors import InvalidArgument
 from actorwire.transport._settings import settings
 

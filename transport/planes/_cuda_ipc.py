@@ -42,7 +42,7 @@ from typing import Any
 
 import msgspec
 
-from actorwire.messages import Plane, TensorRef
+from actorwire.messages.kinds import Plane, TensorRef
 from actorwire.transport._errors import BadHandle, InvalidArgument
 from actorwire.transport.planes._layout import view_ref
 

@@ -33,7 +33,7 @@ from typing import Any
 import msgspec
 import zmq
 
-from actorwire.messages import Plane, TensorRef
+from actorwire.messages.kinds import Plane, TensorRef
 from actorwire.transport._endpoints import is_tcp, tcp_host, user_dir
 from actorwire.transport._errors import BadHandle, WaitTimeout
 from actorwire.transport._log import get_logger

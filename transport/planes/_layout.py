@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from actorwire.messages import Plane, TensorRef
+from actorwire.messages.kinds import Plane, TensorRef
 
 ALIGN = 16
 

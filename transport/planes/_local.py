@@ -14,7 +14,7 @@ import os
 import threading
 from typing import Any
 
-from actorwire.messages import Plane, TensorRef
+from actorwire.messages.kinds import Plane, TensorRef
 from actorwire.transport._errors import BadHandle
 from actorwire.transport.planes._layout import view_ref
 

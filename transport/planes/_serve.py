@@ -22,7 +22,7 @@ from typing import Any
 
 import msgspec
 
-from actorwire.messages import Plane, TensorRef
+from actorwire.messages.kinds import Plane, TensorRef
 from actorwire.transport._errors import InvalidArgument, NotFound
 from actorwire.transport.planes import _shm
 from actorwire.transport.planes._frames import FramesServer, handle_for

@@ -38,7 +38,8 @@ import secrets
 from multiprocessing import resource_tracker, shared_memory
 from typing import Any
 
-from actorwire.messages import Plane, TensorRef, UsageError
+from actorwire.messages import UsageError
+from actorwire.messages.kinds import Plane, TensorRef
 from actorwire.transport._errors import BadHandle, InvalidArgument
 from actorwire.transport._process import process_alive
 from actorwire.transport.planes._layout import copy_packed, pack_layout, packed_refs

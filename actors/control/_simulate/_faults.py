@@ -7,7 +7,6 @@ import functools
 import random
 from typing import TYPE_CHECKING
 
-from actorwire import messages as m
 from actorwire.actors.control._simulate._model import (
     AGENT_STOP_S,
     COORD,
@@ -19,6 +18,7 @@ from actorwire.actors.control._simulate._model import (
     Fault,
 )
 from actorwire.actors.control._simulate._rank import SimRank
+from actorwire.messages import kinds as m
 
 if TYPE_CHECKING:
     from actorwire.actors.control._simulate._runner import Simulation

@@ -6,7 +6,6 @@ from __future__ import annotations
 import collections
 from typing import TYPE_CHECKING
 
-from actorwire import messages as m
 from actorwire.actors.control._simulate._model import (
     COORDINATOR_LOSS_BOUND,
     EXIT_DETECTION,
@@ -15,6 +14,7 @@ from actorwire.actors.control._simulate._model import (
     SimModel,
 )
 from actorwire.actors.control._simulate._rank import SimRank, _Group
+from actorwire.messages import kinds as m
 
 if TYPE_CHECKING:
     from actorwire.actors.control._simulate._runner import Simulation

@@ -8,10 +8,11 @@ import heapq
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from actorwire import messages as m
 from actorwire.actors import _names
 from actorwire.actors.control._simulate._model import COORD, JOIN_GIVE_UP, SINK
 from actorwire.actors.control._simulate._rank import SimRank
+from actorwire.messages import Message
+from actorwire.messages import kinds as m
 
 if TYPE_CHECKING:
     from actorwire.actors.control._simulate._runner import Simulation
@@ -34,7 +35,7 @@ def _delay(self: Simulation, link: tuple[str, str], rank: int) -> float:
     return when
 
 
-def to_coordinator(self: Simulation, rank: SimRank, message: m.Message, *, sender: str, corr: int) -> None:
+def to_coordinator(self: Simulation, rank: SimRank, message: Message, *, sender: str, corr: int) -> None:
     self.messages += 1
     if self.coordinator_died is not None:  # nobody there: a join is never answered
         if isinstance(message, m.JoinRequest):
@@ -47,7 +48,7 @@ def to_coordinator(self: Simulation, rank: SimRank, message: m.Message, *, sende
         functools.partial(self._deliver, rank, message, sender, corr, held)))
 
 
-def _deliver(self: Simulation, rank: SimRank, message: m.Message, sender: str, corr: int, held: bool) -> list[Any]:
+def _deliver(self: Simulation, rank: SimRank, message: Message, sender: str, corr: int, held: bool) -> list[Any]:
     if held and rank.state == "dead":
         return []
     sent = self.harness.deliver(message, sender=sender, correlation_id=corr)
@@ -99,7 +100,7 @@ def _route(self: Simulation, sent: Any) -> None:
     self.at(self._delay((COORD, rank.name), rank.rank), lambda: rank.receive(message))
 
 
-def _told(self: Simulation, target: str, message: m.Message) -> SimRank | None:
+def _told(self: Simulation, target: str, message: Message) -> SimRank | None:
     """What the coordinator told ``target`` (straight or through its relay), as the checks see it."""
     if isinstance(message, m.Shutdown) and self.ended is None and self.coordinator.phase == "stopping":
         self.ended, self.ended_at = message, self.now  # the end of the run, not one rank told to leave

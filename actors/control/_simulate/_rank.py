@@ -9,12 +9,13 @@ import functools
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from actorwire import messages as m
 from actorwire.actors import _names
 from actorwire.actors.control import _rank
 from actorwire.actors.control._rank import Effect, RankProtocol
 from actorwire.actors.control._simulate import _relays
 from actorwire.actors.control._simulate._model import COORD, FORMATION_TIMEOUT, SESSION_WAIT, SimModel
+from actorwire.messages import Message
+from actorwire.messages import kinds as m
 
 if TYPE_CHECKING:
     from actorwire.actors.control._simulate._runner import Simulation
@@ -58,7 +59,7 @@ class SimRank:
         # all_reduce are calls that return when every member is there, or fail after the gloo
         # timeout): what arrives meanwhile waits in its inbox.
         self.blocked = False
-        self.backlog: list[m.Message] = []
+        self.backlog: list[Message] = []
         #: When each group session came in (uid, attempt): one that waited past half the formation
         #: timeout is not joined (``_rank.late_for_group``, as the Worker does).
         self.session_came: dict[tuple[bytes, int], float] = {}
@@ -79,7 +80,7 @@ class SimRank:
     def steps(self) -> int:
         return self.protocol.steps
 
-    def send(self, message: m.Message, *, corr: int = 0, sender: str | None = None) -> None:
+    def send(self, message: Message, *, corr: int = 0, sender: str | None = None) -> None:
         if self.alive and self.sim.now >= self.paused_until:
             if self.sim.relays and _relays.route(self.sim, self, message):
                 return
@@ -167,7 +168,7 @@ class SimRank:
             self.next_batch()
         self.later(1.0, self.tick)
 
-    def receive(self, message: m.Message) -> None:
+    def receive(self, message: Message) -> None:
         if not self.alive:
             return
         if self.sim.now < self.paused_until:

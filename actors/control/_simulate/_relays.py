@@ -16,9 +16,10 @@ from __future__ import annotations
 import functools
 from typing import TYPE_CHECKING, Any
 
-from actorwire import messages as m
 from actorwire.actors.control._relay import RelayBuffer
 from actorwire.actors.control._simulate._model import COORD, EXIT_DETECTION
+from actorwire.messages import Message
+from actorwire.messages import kinds as m
 
 if TYPE_CHECKING:
     from actorwire.actors.control._simulate._rank import SimRank
@@ -44,7 +45,7 @@ class SimRelay:
         """The runtime knows it died: a tell to it fails (the rank reports to the coordinator itself)."""
         return self.died_at is not None and self.sim.now >= self.died_at + EXIT_DETECTION[1]
 
-    def take(self, message: m.Message) -> None:
+    def take(self, message: Message) -> None:
         if self.died_at is not None:
             return  # sent before the rank knew: lost with the process
         if isinstance(message, m.Batch):
@@ -115,7 +116,7 @@ class SimRelay:
                 rank.receive(down)
 
 
-def route(sim: Simulation, rank: SimRank, message: m.Message) -> bool:
+def route(sim: Simulation, rank: SimRank, message: Message) -> bool:
     """Send a rank's ``Batch``, ``Heartbeat``, ``SyncAck`` or ``MetricsMsg`` through its relay (as
     the real rank protocol does while it has one); False when it goes to the coordinator."""
     if not isinstance(message, RELAYED) or not rank.protocol.relay:

@@ -9,7 +9,6 @@ import itertools
 import random
 from collections.abc import Callable
 
-from actorwire import messages as m
 from actorwire.actors.control._coordinator import Coordinator
 from actorwire.actors.control._simulate import _faults, _invariants, _network
 from actorwire.actors.control._simulate._model import (
@@ -26,6 +25,8 @@ from actorwire.actors.control._simulate._model import (
 from actorwire.actors.control._simulate._rank import SimRank, _Group
 from actorwire.actors.control._simulate._relays import SimRelay
 from actorwire.actors.runtime._testkit import ActorHarness
+from actorwire.messages import Message
+from actorwire.messages import kinds as m
 
 
 class Simulation:
@@ -107,9 +108,9 @@ class Simulation:
         self.exited_cleanly: set[int] = set()
         self.delayed_until = 0.0
         self.slow: dict[int, float] = {}
-        self.ended: m.Message | None = None
+        self.ended: Message | None = None
         self.ended_at = 0.0
-        self.sunk: list[tuple[float, m.Message]] = []
+        self.sunk: list[tuple[float, Message]] = []
         self.told_end: set[int] = set()  # incarnations the coordinator told that the run ended  # what the metrics sink got, and when
         self.messages = 0
         #: Ranks whose training thread freezes this long once their join is accepted (``hang_after_join``).

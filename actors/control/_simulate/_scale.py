@@ -38,11 +38,12 @@ import statistics
 from collections.abc import Callable
 from typing import Any
 
-from actorwire import messages as m
 from actorwire.actors import _names
 from actorwire.actors.control._coordinator import Coordinator
 from actorwire.actors.control._relay import RelayBuffer
 from actorwire.actors.runtime._testkit import ActorHarness
+from actorwire.messages import Message
+from actorwire.messages import kinds as m
 
 RANKS_PER_HOST = 8
 RATE_HZ = 10.0
@@ -90,7 +91,7 @@ class _Queue:
         return self.free_at
 
 
-def _entries(message: m.Message) -> int:
+def _entries(message: Message) -> int:
     if isinstance(message, m.RelayReport):
         return len(message.ranks) + len(message.beats) + len(message.acks) + len(message.metrics)
     if isinstance(message, m.Fanout):
@@ -111,7 +112,7 @@ class _Relay:
         self.host_of: dict[int, str] = {}  # rack relay: which host relay each rank is behind
         sim.after(sim.rng.uniform(0.0, 0.1), self.flush)
 
-    def cost(self, message: m.Message) -> float:
+    def cost(self, message: Message) -> float:
         c = self.sim.costs
         return (c.relay_message_us + c.relay_entry_us * _entries(message)) / 1e6
 
@@ -132,7 +133,7 @@ class _Relay:
         sim = self.sim
         one = len(fanout.messages) == 1
         if self.host_of:  # a rack relay: one Fanout per host relay
-            split: dict[str, tuple[list[int], list[m.Message]]] = {}
+            split: dict[str, tuple[list[int], list[Message]]] = {}
             for i, rank in enumerate(fanout.ranks):
                 message = fanout.messages[0 if one else i]
                 self.buffer.told(rank, message)
@@ -273,7 +274,7 @@ class ScaleSimulation:
 
     # -- the processes ------------------------------------------------------------------------
 
-    def send(self, sender: str, target: str, message: m.Message) -> None:
+    def send(self, sender: str, target: str, message: Message) -> None:
         """``message`` to ``target``, a hop away, served by its queue in order."""
         def arrive() -> None:
             if target == COORD:
@@ -290,7 +291,7 @@ class ScaleSimulation:
             self.at(done, handle)
         self.at(self.now + self.hop(), arrive)
 
-    def to_coordinator(self, message: m.Message, sender: str, correlation: int = 0) -> None:
+    def to_coordinator(self, message: Message, sender: str, correlation: int = 0) -> None:
         c = self.costs
         cost = (c.coordinator_message_us + c.coordinator_entry_us * _entries(message)) / 1e6
         done = self.cq.serve(self.now, cost)
@@ -335,7 +336,7 @@ class ScaleSimulation:
 
     # -- the ranks ----------------------------------------------------------------------------
 
-    def rank_told(self, rank: int, message: m.Message) -> None:
+    def rank_told(self, rank: int, message: Message) -> None:
         if isinstance(message, m.StartEpoch):
             self.epoch[rank], self.left[rank] = message.epoch, message.partition_size
             self.slice_batches[rank] = 0
