@@ -112,8 +112,7 @@ def test_the_kinds_old_path_still_imports_and_is_the_same_class() -> None:
     """Code written before the kinds moved to ``actorwire.messages.kinds`` keeps working: each kind,
     enum and record is still importable from ``actorwire.messages``, and is the same object."""
     import actorwire.messages as messages
-    from actorwire.messages import DownReason, StartEpoch  # the old path, as users wrote it
-    from actorwire.messages import kinds
+    from actorwire.messages import DownReason, StartEpoch, kinds  # two kinds by the old path
 
     assert StartEpoch is kinds.StartEpoch and DownReason is kinds.DownReason
     for name in kinds.__all__:
