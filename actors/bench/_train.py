@@ -97,13 +97,17 @@ class _Clock:
 
     def __init__(self) -> None:
         self.wall = self.cpu = self.reduce_wall = self.reduce_cpu = 0.0
+        self.by_call: dict[str, float] = {}  # own CPU per call, the averaging aside
 
     def call(self, fn: Any, *args: Any) -> tuple[Any, float]:
-        a, c = time.perf_counter(), time.thread_time()
+        a, c, r = time.perf_counter(), time.thread_time(), self.reduce_cpu
         out = fn(*args)
         took = time.perf_counter() - a
         self.wall += took
-        self.cpu += time.thread_time() - c
+        cpu = time.thread_time() - c
+        self.cpu += cpu
+        name = getattr(fn, "__name__", "?")
+        self.by_call[name] = self.by_call.get(name, 0.0) + cpu - (self.reduce_cpu - r)
         return out, took
 
     def timed(self, fn: Any) -> Any:
@@ -155,6 +159,7 @@ def _actorwire_rank() -> dict[str, Any]:
         worker.finish()
     return {"rank": worker.rank, "wall": wall, "inside": clock.wall, "reporting": reporting,
             "reduce": clock.reduce_wall, "own": clock.cpu - clock.reduce_cpu, "steps": steps,
+            "own_by_call": clock.by_call,
             "accuracy": digits.accuracy(model, x_test, y_test), "params": digits.checksum(model)}
 
 
@@ -207,6 +212,7 @@ def run(ranks: int = 3, epochs: int | None = None, progress: Any = sys.stderr) -
         return max(r[key] / r["wall"] for r in ours) * 100
 
     inside, reporting = share("inside"), share("reporting")
+    worst = max(ours, key=lambda r: r["own"] / max(1, r["steps"]))
     acc = min(r["accuracy"] for r in ours) * 100
     ddp_acc = ddp[0]["accuracy"] * 100
     return [
@@ -220,8 +226,10 @@ def run(ranks: int = 3, epochs: int | None = None, progress: Any = sys.stderr) -
         Result("train.actorwire.report", reporting, "% of wall", note="report_timing alone (syncs served in it)"),
         Result("train.actorwire.reduce", share("reduce"), "% of wall", note="the averaging (collectives, flatten, copy back)"),
         Result("train.actorwire.own", share("own"), "% of wall", note="<= 2%: trainer-thread CPU, averaging aside"),
-        Result("train.actorwire.own_step", max(r["own"] / max(1, r["steps"]) for r in ours) * 1e6, "us",
-               note="the same, per training step"),
+        Result("train.actorwire.own_step", worst["own"] / max(1, worst["steps"]) * 1e6, "us",
+               note="the same, per training step: " + ", ".join(
+                   f"{name} {cpu / max(1, worst['steps']) * 1e6:.1f}" for name, cpu in
+                   sorted(worst["own_by_call"].items(), key=lambda item: -item[1]))),
     ]
 
 
