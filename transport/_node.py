@@ -50,7 +50,6 @@ import collections
 import dataclasses
 import itertools
 import math
-import operator
 import os
 import socket
 import threading
@@ -78,7 +77,7 @@ from actorwire.messages.runtime import (
 )
 from actorwire.transport._asks import ROOT, Asks, Match, PendingAsk
 from actorwire.transport._config import RuntimeConfig
-from actorwire.transport._delivery import InStreams, OutStream, Verdict
+from actorwire.transport._delivery import InStreams, OutStream
 from actorwire.transport._endpoints import (
     check_tcp_port,
     is_tcp,
@@ -126,6 +125,7 @@ from actorwire.transport.node import (
     SendRaw,
     Warn,
 )
+from actorwire.transport.node._inbound import Inbound, Step
 from actorwire.transport.node._member import NOT_FROM_ROOT, NOT_OUR_ROOT
 from actorwire.transport.node._outbox import Outbox
 from actorwire.transport.node._rundir import RunDir
@@ -164,10 +164,9 @@ _ACK_EVERY = 512  # handled messages that trigger an ack flush at once
 _ACK_DELAY = 0.002  # otherwise acks leave within 2 ms
 _LINE_SLICE_MS = 20  # a thread waiting on its line looks at its ask's outcome this often
 _REPLY_ROUTES = 65_536  # asks that came on lines and await a reply (the oldest route is dropped past it)
-_ENVELOPE = operator.itemgetter(0)
-_STREAM_FIELDS = operator.attrgetter("sender", "target", "is_reply")
-_SEQ = operator.attrgetter("seq")
-_ACCEPT, _DUPLICATE, _GAP, _OVERRUN = Verdict.ACCEPT, Verdict.DUPLICATE, Verdict.GAP, Verdict.OVERRUN  # an enum lookup per message showed in profiles
+# The inbound rules' steps, as module names: an enum lookup per message showed in profiles.
+_DELIVER, _RESOLVE, _PARK, _ACK_AGAIN, _REFUSE, _EXPEL = (
+    Step.DELIVER, Step.RESOLVE, Step.PARK, Step.ACK_AGAIN, Step.REFUSE, Step.EXPEL)
 
 
 def _check_timeout(timeout: float, what: str, *, zero: bool = False) -> float:
@@ -416,6 +415,7 @@ class Node:
         self._streams = InStreams(self.config.window)
         # Messages signed with names a member has not yet seen the root register (see _membership).
         self._parking = Parking(self.config.window)
+        self._inbound = Inbound(self._view, self._streams, self._parking)  # the rules a record passes
         self._park_since: float | None = None  # set while parked messages are tried again
         # What was refused, counted per (peer, reason) and logged once each (never once per record).
         self._refusals: collections.Counter[tuple[str, str]] = collections.Counter()
@@ -1396,14 +1396,16 @@ class Node:
         self._on_records(source, pairs, from_router=from_router)
 
     def _on_records(self, source: str, pairs: list[tuple[Envelope, Message]], *, from_router: bool) -> None:
-        """The decoded records of one batch from ``source``, in order."""
-        if len(pairs) > 1 and self._one_stream(source, pairs, from_router):
-            return
+        """The decoded records of one batch from ``source``, in order: each through the inbound rules
+        (:class:`~.node._inbound.Inbound`), the step it gets carried out here."""
         known = not from_router or source in self._known_peers
+        if len(pairs) > 1 and self._inbound.whole_run(source, pairs, known):
+            self._hand_over({pairs[0][0].target: [(envelope, message, source) for envelope, message in pairs]})
+            return
         # Tells are gathered per target and handed over in one call per run
         # (profile: per-message hand-off was a third of the I/O thread's time).
         runs: dict[str, list[tuple[Envelope, Message, str]]] = {}
-        accept = self._streams.accept
+        rule = self._inbound.rule
         proven: set[str] = set()  # senders checked in this batch (a batch is mostly one sender's)
         for envelope, message in pairs:
             target = envelope.target
@@ -1412,66 +1414,32 @@ class Node:
                 known = not from_router or source in self._known_peers  # a Hello precedes the rest
                 if source == ROOT_LINK and self._root_id is not None:
                     source = self._root_id  # the welcome came first: the rest is the root's
-            elif not known:
-                self._refuse(source, "a message from a peer that did not say hello")
-            elif envelope.sender not in proven and not self._proven(source, envelope.sender, proven):
-                if self._view.unheard_of(source, envelope.sender, self._parking):
-                    if runs:  # what came before it goes first
-                        self._hand_over(runs)
-                        runs = {}
-                    self._park(source, envelope, message)
-                else:
-                    self._refuse(source, f"a message signed {envelope.sender!r}, a name that node does not hold")
-            elif envelope.is_reply:
-                if runs:  # keep a sender's tells ahead of its later reply
-                    self._hand_over(runs)
-                    runs = {}
-                self._resolve(envelope, message, source)
-            else:
-                key = (source, envelope.sender, target)
-                verdict = accept(key, envelope.seq)
-                if verdict is not _ACCEPT:
-                    if verdict is _DUPLICATE:
-                        # Re-sent because an ack was lost: ack again, or it is re-sent forever.
-                        self._outbox.owed.setdefault(key, self._streams.handled_of(key))
-                        continue
-                    if verdict is _GAP:
-                        continue  # past a loss: the re-send of what it skipped comes first
-                    if verdict is _OVERRUN:
-                        self._expel(source, f"it overran the credit window ({self._streams.window} unhandled "
-                                            f"messages from {envelope.sender!r} to {target!r})")
-                    else:
-                        self._expel(source, f"it opened more than {self._streams.max_streams} streams")
-                    break
+                continue
+            step, why = rule(source, envelope, known, proven)
+            if step is _DELIVER:
                 run = runs.get(target)
                 if run is None:
                     runs[target] = run = []
                 run.append((envelope, message, source))
+            elif step is _RESOLVE or step is _PARK:
+                if runs:  # what came before it goes first
+                    self._hand_over(runs)
+                    runs = {}
+                if step is _RESOLVE:
+                    self._resolve(envelope, message, source)
+                else:
+                    self._park(source, envelope, message)
+            elif step is _ACK_AGAIN:
+                key = (source, envelope.sender, target)
+                self._outbox.owed.setdefault(key, self._streams.handled_of(key))
+            elif step is _REFUSE:
+                self._refuse(source, why)
+            elif step is _EXPEL:
+                self._expel(source, why)
+                break
+            # _SKIP: past a loss, the re-send of what it skipped comes first
         if runs:
             self._hand_over(runs)
-
-    def _one_stream(self, source: str, pairs: list[tuple[Envelope, Message]], from_router: bool) -> bool:
-        """Take a batch that is one run of one open stream (the common case) in a few C loops.
-
-        Every record must be a tell from the same proven sender to the same target, numbered the
-        next ones of that stream within its window; then it is handed over whole, and True is
-        returned.  Otherwise nothing is changed and False sends the batch through the per-record
-        rules (profile of bench bus: those rules, per record, were a sixth of the receiver).
-        """
-        envelopes = list(map(_ENVELOPE, pairs))
-        head = envelopes[0]
-        target, sender = head.target, head.sender
-        if target == NODE or head.is_reply or (from_router and source not in self._known_peers):
-            return False
-        fields = list(map(_STREAM_FIELDS, envelopes))
-        if fields.count(fields[0]) != len(fields):
-            return False
-        first, n = head.seq, len(envelopes)
-        if (list(map(_SEQ, envelopes)) != list(range(first, first + n)) or not self._speaks_for(source, sender)
-                or not self._streams.accept_run((source, sender, target), first, n)):
-            return False
-        self._hand_over({target: [(envelope, message, source) for envelope, message in pairs]})
-        return True
 
     def _hand_over(self, runs: dict[str, list[tuple[Envelope, Message, str]]]) -> None:
         for target, run in runs.items():
@@ -1638,15 +1606,6 @@ class Node:
                     self._poller.unregister(link.monitor)
                     self._watched.pop(link.monitor, None)
                 link.close()
-
-    def _proven(self, source: str, sender: str, proven: set[str]) -> bool:
-        if self._speaks_for(source, sender):
-            proven.add(sender)
-            return True
-        return False
-
-    def _speaks_for(self, source: str, sender: str) -> bool:
-        return self._view.speaks_for(source, sender, self._parking)
 
     def _park(self, source: str, envelope: Envelope, message: Message) -> None:
         since = self._park_since if self._park_since is not None else time.monotonic()
