@@ -221,15 +221,9 @@ def test_an_actor_worker_whose_relay_is_gone_reports_to_the_coordinator_itself()
     assert h.actor.protocol.relay == ""
 
 
-def test_a_group_session_held_behind_a_long_batch_is_refused_in_the_adapter_not_joined() -> None:
-    """The Worker's rule (``_rank.late_for_group``) for the actor worker: a session that came while
-    a batch trained is held, and ``JoinGroup`` carries when it came; the adapter refuses one that
-    waited past half the communicator's formation timeout, and forms a fresh one."""
-    from _actors import LinearWorker
-
-    from actorwire.actors.control._gpu_worker import GpuWorkerEffects
-
-    h = ActorHarness(LinearWorker(rank=0, world_size=1, run_id="r", batch_size=100), name="worker/0",
+def _training_a_batch(worker: type) -> tuple[ActorHarness, str]:
+    """An actor worker of one rank that joined, synced once and has its first batch in its adapter."""
+    h = ActorHarness(worker(rank=0, world_size=1, run_id="r", batch_size=100), name="worker/0",
                      peers=["coordinator"], effects=False)
     h.start()
     h.deliver(m.JoinAccepted(rank=0, world_size=1), sender="coordinator", correlation_id=1, is_reply=True)
@@ -238,6 +232,18 @@ def test_a_group_session_held_behind_a_long_batch_is_refused_in_the_adapter_not_
     h.deliver(m.SyncNow(cycle=1, source=0), sender="coordinator")
     h.deliver(m.ParamsReduced(cycle=1, covered=0), sender=io)
     assert [s.message for s in h.deliver(m.Throttle(), sender="worker/0")] == [m.TrainBatch(start=0, stop=100)]
+    return h, io
+
+
+def test_a_group_session_held_behind_a_long_batch_is_refused_in_the_adapter_not_joined() -> None:
+    """The Worker's rule (``_rank.late_for_group``) for the actor worker: a session that came while
+    a batch trained is held, and ``JoinGroup`` carries when it came; the adapter refuses one that
+    waited past half the communicator's formation timeout, and forms a fresh one."""
+    from _actors import LinearWorker
+
+    from actorwire.actors.control._gpu_worker import GpuWorkerEffects
+
+    h, io = _training_a_batch(LinearWorker)
     session = m.NewNcclSession(uid=b"g2", new_rank=0, new_world_size=1, attempt=2)
     came = h.ctx.clock
     assert h.deliver(session, sender="coordinator") == []  # held: a batch is training
@@ -269,15 +275,7 @@ def test_of_the_group_sessions_held_behind_a_batch_only_the_newest_is_joined() -
     batch never caught up.  A SyncNow before the newest session was for a group that is gone."""
     from _actors import LinearWorker
 
-    h = ActorHarness(LinearWorker(rank=0, world_size=1, run_id="r", batch_size=100), name="worker/0",
-                     peers=["coordinator"], effects=False)
-    h.start()
-    h.deliver(m.JoinAccepted(rank=0, world_size=1), sender="coordinator", correlation_id=1, is_reply=True)
-    h.deliver(m.StartEpoch(epoch=0, partition_offset=0, partition_size=250), sender="coordinator")
-    io = "worker/0/io"
-    h.deliver(m.SyncNow(cycle=1, source=0), sender="coordinator")
-    h.deliver(m.ParamsReduced(cycle=1, covered=0), sender=io)
-    assert [s.message for s in h.deliver(m.Throttle(), sender="worker/0")] == [m.TrainBatch(start=0, stop=100)]
+    h, io = _training_a_batch(LinearWorker)
     sessions = [m.NewNcclSession(uid=f"g{n}".encode(), new_rank=0, new_world_size=1, attempt=n) for n in (2, 3, 4)]
     came = h.ctx.clock
     assert h.deliver(sessions[0], sender="coordinator") == []  # held: a batch is training
