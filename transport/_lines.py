@@ -121,6 +121,16 @@ class Lines:
                 line.close()
 
 
+class _Held:
+    __slots__ = ("node", "since", "messages", "size")
+
+    def __init__(self, node: str, since: float, hello: list[bytes]) -> None:
+        self.node = node
+        self.since = since
+        self.messages = [hello]
+        self.size = sum(map(len, hello))
+
+
 class HeldLines:
     """Lines a member holds because their hello named a node it does not know yet.
 
@@ -130,14 +140,16 @@ class HeldLines:
     re-send through the node.  Held, the line's messages (its hello first) wait in
     order until the update names the node (:meth:`release`) or ``patience`` passes
     (:meth:`expired`).  At most ``limit`` lines wait, each with at most ``depth``
-    messages: what a peer can make this node keep is bounded.  No I/O, no clock
-    reads: the node passes ``now``.
+    messages, all of them together at most ``max_bytes``: what a peer can make this
+    node keep is bounded.  No I/O, no clock reads: the node passes ``now``.
     """
 
-    def __init__(self, limit: int = 64, depth: int = 64) -> None:
+    def __init__(self, limit: int = 64, depth: int = 64, max_bytes: int = 16 << 20) -> None:
         self.limit = limit
         self.depth = depth
-        self._held: dict[str, tuple[str, float, list[list[bytes]]]] = {}
+        self.max_bytes = max_bytes
+        self.size = 0  # bytes held, every line's together
+        self._held: dict[str, _Held] = {}
 
     def __bool__(self) -> bool:
         return bool(self._held)
@@ -147,35 +159,44 @@ class HeldLines:
 
     def hold(self, identity: str, node: str, now: float, hello: list[bytes]) -> bool:
         """Hold the line ``identity`` of ``node``, its ``hello`` first; False (nothing held) if full."""
-        if len(self._held) >= self.limit:
+        held = _Held(node, now, hello)
+        if len(self._held) >= self.limit or self.size + held.size > self.max_bytes:
             return False
-        self._held[identity] = (node, now, [hello])
+        self._held[identity] = held
+        self.size += held.size
         return True
 
     def add(self, identity: str, frames: list[bytes]) -> bool:
-        """One more message on a held line; False, and the line is no longer held, over ``depth``."""
-        node, since, messages = self._held[identity]
-        if len(messages) >= self.depth:
-            del self._held[identity]
+        """One more message on a held line; False, and the line is no longer held, over ``depth``
+        or over ``max_bytes``."""
+        held = self._held[identity]
+        size = sum(map(len, frames))
+        if len(held.messages) >= self.depth or self.size + size > self.max_bytes:
+            self._forget(identity)
             return False
-        messages.append(frames)
+        held.messages.append(frames)
+        held.size += size
+        self.size += size
         return True
 
     def release(self, known: Container[str]) -> list[tuple[str, list[list[bytes]]]]:
         """The lines whose node is now ``known``, each with its messages in order, no longer held."""
-        out = [(identity, messages) for identity, (node, _, messages) in self._held.items() if node in known]
+        out = [(identity, held.messages) for identity, held in self._held.items() if held.node in known]
         for identity, _ in out:
-            del self._held[identity]
+            self._forget(identity)
         return out
 
     def expired(self, now: float, patience: float) -> list[tuple[str, str]]:
         """``(identity, node)`` of each line held longer than ``patience``, no longer held."""
-        out = [(identity, node) for identity, (node, since, _) in self._held.items() if now - since > patience]
+        out = [(identity, held.node) for identity, held in self._held.items() if now - held.since > patience]
         for identity, _ in out:
-            del self._held[identity]
+            self._forget(identity)
         return out
 
     def drop(self, node: str) -> None:
         """Forget the lines of ``node`` (it left)."""
-        for identity in [i for i, (n, _, _) in self._held.items() if n == node]:
-            del self._held[identity]
+        for identity in [i for i, held in self._held.items() if held.node == node]:
+            self._forget(identity)
+
+    def _forget(self, identity: str) -> None:
+        self.size -= self._held.pop(identity).size

@@ -1235,8 +1235,8 @@ class Node:
                 self._admit_line(identity, identity.partition(LINE_MARK)[0], frames)
             elif not self._held_lines.add(identity, frames):
                 self._refuse_line(identity, identity.partition(LINE_MARK)[0],
-                                  f"more than {self._held_lines.depth} messages on a line held for its "
-                                  f"node's registration")
+                                  f"more than {self._held_lines.depth} messages on a line, or "
+                                  f"{self._held_lines.max_bytes} bytes on all, held for their nodes' registration")
             return
         if len(frames) != 1:
             self._refuse(node, "a line message that is not one batch frame")

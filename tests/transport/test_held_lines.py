@@ -44,3 +44,17 @@ def test_the_lines_of_a_node_that_left_are_forgotten() -> None:
     held.hold("b\x1f1", "b", 0.0, HELLO)
     held.drop("a")
     assert [identity for identity, _ in held.release({"a", "b"})] == ["b\x1f1"]
+
+
+def test_the_bytes_held_are_bounded_and_given_back_when_a_line_goes() -> None:
+    """A peer must not make a member keep 64 lines x 64 messages of 16 MiB each."""
+    held = HeldLines(max_bytes=100)
+    assert held.hold("a\x1f1", "a", 0.0, [b"e" * 10, b"h" * 10])  # 20
+    assert not held.hold("b\x1f1", "b", 0.0, [b"x" * 81])  # 101: refused, nothing kept
+    assert held.size == 20 and not held.holds("b\x1f1")
+    assert held.add("a\x1f1", [b"y" * 70])  # 90
+    assert not held.add("a\x1f1", [b"z" * 11])  # 101: the line is let go, its bytes given back
+    assert held.size == 0 and not held
+    assert held.hold("b\x1f1", "b", 0.0, [b"x" * 81])
+    held.release({"b"})
+    assert held.size == 0
