@@ -127,6 +127,7 @@ from actorwire.transport.node import (
 )
 from actorwire.transport.node._inbound import Inbound, Step
 from actorwire.transport.node._member import NOT_FROM_ROOT, NOT_OUR_ROOT
+from actorwire.transport.node._outbound import Outbound
 from actorwire.transport.node._outbox import Outbox
 from actorwire.transport.node._rundir import RunDir
 from actorwire.transport.node._sockets import (
@@ -391,11 +392,8 @@ class Node:
                        process_alive=process_alive))
 
         # Sending.
-        self._out_streams: dict[tuple[str, str], OutStream] = {}
-        # The senders of the pairs to each target, so that a target's death or move finds its pairs
-        # without a scan of all (10,000 ranks leaving made that 10^8 steps in the I/O thread: 46% of
-        # the coordinator's process in bench scale).  Added to before and after the pair is.
-        self._senders_to: collections.defaultdict[str, set[str]] = collections.defaultdict(set)
+        self._outbound = Outbound(self.config.window)
+        self._out_streams = self._outbound.streams  # read by sending threads on every send
         self._seq: dict[str, int] = {}  # the number of each sender's last message, for recorders
         self._local_seq: collections.defaultdict[str, int] = collections.defaultdict(int)
         self._corr = itertools.count(1)
@@ -513,9 +511,8 @@ class Node:
             if announce:
                 if self._root_id is not None:
                     self._command(_Exiting())
-                self._wait_until(lambda: not any(p.unacked for p in list(self._out_streams.values())),
-                                 self.config.scaled(timeout))
-                left = sum(len(p.unacked) for p in list(self._out_streams.values()))
+                self._wait_until(lambda: not self._outbound.unacked(), self.config.scaled(timeout))
+                left = self._outbound.unacked()
                 if left:
                     self._log.error("closing with unhandled messages", count=left)
             self._stop.set()
@@ -883,11 +880,7 @@ class Node:
         pair = self._out_streams.get((sender, target))
         if pair is None:
             info = self._nodes.get(node_id)
-            granted = info.window if info is not None and info.window else self.config.window
-            pair = OutStream(target, node_id, time.monotonic(), min(self.config.window, granted))
-            self._senders_to[target].add(sender)
-            self._out_streams[(sender, target)] = pair
-            self._senders_to[target].add(sender)  # again: a death on the I/O thread may have taken the set
+            pair = self._outbound.open(sender, target, node_id, time.monotonic(), info.window if info else 0)
         elif pair.node_id != node_id:
             self._command(_Rehome(sender, target, node_id))
             self._wait_until(lambda: pair.node_id == node_id, self.config.scaled(5.0))
@@ -1579,9 +1572,8 @@ class Node:
         if self._held_lines and update.nodes:
             self._release_lines()
         for name, node_id in changes.moved:
-            for sender in list(self._senders_to.get(name, ())):
-                if (sender, name) in self._out_streams:
-                    self._rehome(sender, name, node_id)
+            for sender in self._outbound.senders_of(name):
+                self._rehome(sender, name, node_id)
         for name, reason, detail in changes.down:
             self._streams.forget_target(name)
             self._fail_target(name, reason, detail)
@@ -1674,13 +1666,12 @@ class Node:
 
     def _rehome(self, sender: str, target: str, node_id: str) -> None:
         """``target`` moved to ``node_id`` (a takeover): re-send all it has not handled."""
-        pair = self._out_streams.get((sender, target))
-        if pair is None or pair.node_id == node_id:
+        again = self._outbound.rehome(sender, target, node_id, self._renumber)
+        if again is None:
             return
-        self._queue(node_id, pair.rehome(node_id, self._renumber))
+        self._queue(node_id, again)
         self._notify_changed()
-        self._log.info("actor moved; re-sending unhandled messages", target=target, node=node_id,
-                       count=len(pair.unacked))
+        self._log.info("actor moved; re-sending unhandled messages", target=target, node=node_id, count=len(again))
 
     def _renumber(self, record: bytes, seq: int) -> bytes:
         (envelope, message), = self._codec.decode_batch(self._codec.join_records([record]))[0]
@@ -1688,12 +1679,7 @@ class Node:
 
     def _fail_target(self, name: str, reason: DownReason, detail: str) -> None:
         error = ActorDead(name, reason, detail)
-        for sender in list(self._senders_to.pop(name, ())):
-            pair = self._out_streams.get((sender, name))
-            if pair is None:
-                continue
-            with pair.lock:
-                pair.closed = True
+        for sender, pair in self._outbound.down(name):
             if pair.unacked:
                 # A clean stop reports its own unhandled messages on the receiving
                 # side (the acks of the last ones may simply still be in flight);
@@ -1702,24 +1688,18 @@ class Node:
                 report = self._log.debug if reason is DownReason.EXITED else self._log.error
                 report("messages not confirmed as handled before the target went down", sender=sender,
                        target=name, reason=reason.value, count=len(pair.unacked), kinds=kinds)
-            del self._out_streams[(sender, name)]
             with pair.cond:
                 pair.cond.notify_all()
         for pending in self._asks.of_target(name):
             self._finish_ask(pending, error)
 
     def _on_ack(self, ack: Ack, source: str) -> None:
-        now = time.monotonic()
-        for entry in ack.entries:
-            pair = self._out_streams.get((entry.sender, entry.target))
-            if pair is None:
-                continue
-            if pair.node_id != source:
-                self._refuse(source, f"an ack for {entry.target!r}, which that node does not host")
-                continue
-            if pair.on_ack(entry.received, entry.handled, now) and pair.waiting:
-                with pair.cond:
-                    pair.cond.notify_all()
+        refused, freed = self._outbound.acked(ack.entries, source, time.monotonic())
+        for target in refused:
+            self._refuse(source, f"an ack for {target!r}, which that node does not host")
+        for pair in freed:
+            with pair.cond:
+                pair.cond.notify_all()
         if self._closing:
             self._notify_changed()  # close() waits for the last acks
 
@@ -1790,11 +1770,8 @@ class Node:
         self._retransmit(now)
 
     def _retransmit(self, now: float) -> None:
-        after = self.config.scaled(self.config.retransmit_after)
-        for pair in list(self._out_streams.values()):
-            again = pair.due(now, after)
-            if again:
-                self._queue(pair.node_id, again)
-                self._log.info("re-sending messages not acknowledged", target=pair.target, count=len(again))
+        for pair, again in self._outbound.due(now, self.config.scaled(self.config.retransmit_after)):
+            self._queue(pair.node_id, again)
+            self._log.info("re-sending messages not acknowledged", target=pair.target, count=len(again))
 
 
