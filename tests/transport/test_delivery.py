@@ -7,7 +7,12 @@ from hypothesis import settings
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
 
+from actorwire.messages import Envelope
+from actorwire.messages.runtime import AckEntry, NodeInfo, RegistryUpdate
 from actorwire.transport._delivery import InStreams, OutStream, Verdict
+from actorwire.transport._membership import Parking, View
+from actorwire.transport.node._inbound import Inbound, Step
+from actorwire.transport.node._outbound import Outbound
 
 KEY = ("node-a", "worker/1", "sink")
 
@@ -131,8 +136,11 @@ class Network(RuleBasedStateMachine):
     """Senders (incarnations of "worker/1") -> one receiver, over a network that loses, duplicates and
     reorders; acks travel back over the same kind of network.  A restart starts a new incarnation (the
     old one is gone, what it had in flight may still arrive); a move sends the target to a new receiving
-    node.  Checked: every stream's handled messages are its sent ones, in order, none twice; and once
-    the network is quiet and retransmission has run, everything the live incarnation sent is handled."""
+    node.  Both ends are the objects a node calls: the sender's ``Outbound`` (streams, acks, re-sends,
+    re-homing) and the receiver's ``Inbound`` rules (sender proof against the receiver's view, stream
+    acceptance, the one-run fast path).  Checked: every stream's handled messages are its sent ones, in
+    order, none twice; and once the network is quiet and retransmission has run, everything the live
+    incarnation sent is handled."""
 
     WINDOW = 4
 
@@ -140,19 +148,42 @@ class Network(RuleBasedStateMachine):
         super().__init__()
         self.now = 0.0
         self.incarnation = 0
-        self.out = OutStream("sink", "recv-0", self.now, self.WINDOW)
+        self.outbound = Outbound(self.WINDOW)
+        self.out = self.outbound.open("worker/1", "sink", "recv-0", self.now, self.WINDOW)
         self.receiver = 0
-        self.ins = InStreams(self.WINDOW)
+        self._new_receiver()
         self.net: list[tuple[int, str, int, bytes]] = []  # (incarnation, receiving node, seq, record)
-        self.acks: list[tuple[int, str, list[tuple[str, str, int, int]]]] = []
+        self.acks: list[tuple[int, str, list[AckEntry]]] = []
         self.mailbox: list[tuple[tuple[str, str, str], int, bytes]] = []
         self.handled: dict[tuple[str, str, str], int] = {}
         self.log: list[tuple[int, int, bytes]] = []  # what the actor handled: (incarnation, receiver, payload)
         self.sent: dict[int, list[bytes]] = {0: []}  # payloads per incarnation, in send order
         self.payloads = 0
 
+    def _new_receiver(self) -> None:
+        """The receiving node, whose view (the root's: nothing waits) gives "worker/1" to the live
+        incarnation's node."""
+        view = View(NodeInfo(node_id=f"recv-{self.receiver}", endpoints=["ipc:///x"], host="h", pid=1),
+                    run_id="r", is_root=True)
+        view.apply(RegistryUpdate(added={"worker/1": self._source(self.incarnation)}))
+        self.ins = InStreams(self.WINDOW)
+        self.inbound = Inbound(view, self.ins, Parking(self.WINDOW))
+
     def _source(self, incarnation: int) -> str:
         return f"node-{incarnation}"
+
+    def _take(self, incarnation: int, seq: int, record: bytes) -> None:
+        """One record through the receiver's rules, carried out as the node does."""
+        source = self._source(incarnation)
+        step, why = self.inbound.rule(source, Envelope(sender="worker/1", target="sink", seq=seq), True, set())
+        assert step is not Step.EXPEL, f"a sender that keeps to its window is never expelled: {why}"
+        key = (source, "worker/1", "sink")
+        if step is Step.DELIVER:
+            self.mailbox.append((key, seq, record))
+        elif step is Step.ACK_AGAIN:
+            self.handled.setdefault(key, self.ins.handled_of(key))
+        elif step is Step.REFUSE:
+            assert incarnation != self.incarnation, f"the live incarnation was refused: {why}"
 
     @rule()
     @precondition(lambda self: self.out.in_flight < self.WINDOW)
@@ -170,41 +201,28 @@ class Network(RuleBasedStateMachine):
     def deliver(self, data: st.DataObject) -> None:
         i = data.draw(st.integers(0, len(self.net) - 1), label="which (reordering)")
         incarnation, node, seq, record = self.net.pop(i)
-        if node != f"recv-{self.receiver}":
-            return  # that node is gone
-        key = (self._source(incarnation), "worker/1", "sink")
-        verdict = self.ins.accept(key, seq)
-        assert verdict is not Verdict.OVERRUN, "a sender that keeps to its window never overruns"
-        if verdict is Verdict.ACCEPT:
-            self.mailbox.append((key, seq, record))
-        elif verdict is Verdict.DUPLICATE:  # as the node does: a duplicate is acked again
-            self.handled.setdefault(key, self.ins.handled_of(key))
+        if node == f"recv-{self.receiver}":  # else that node is gone
+            self._take(incarnation, seq, record)
 
     @rule(data=st.data())
     @precondition(lambda self: self.net)
     def deliver_batch(self, data: st.DataObject) -> None:
         """As the node takes a batch off one connection: a run of the next numbers of one stream is
-        taken whole (``accept_run``), anything else record by record (``accept``)."""
+        taken whole (``Inbound.whole_run``), anything else record by record (``Inbound.rule``)."""
         k = data.draw(st.integers(1, len(self.net)), label="batch size")
         batch, self.net = self.net[:k], self.net[k:]
         live = [b for b in batch if b[1] == f"recv-{self.receiver}"]
         if not live:
             return
-        incarnations = {b[0] for b in live}
-        seqs = [b[2] for b in live]
-        key = (self._source(live[0][0]), "worker/1", "sink")
-        if len(incarnations) == 1 and seqs == list(range(seqs[0], seqs[0] + len(seqs))) and \
-                self.ins.accept_run(key, seqs[0], len(seqs)):
-            self.mailbox.extend((key, seq, record) for _, _, seq, record in live)
-            return
+        incarnation = live[0][0]
+        if len(live) > 1 and all(b[0] == incarnation for b in live):
+            pairs = [(Envelope(sender="worker/1", target="sink", seq=seq), record) for _, _, seq, record in live]
+            if self.inbound.whole_run(self._source(incarnation), pairs, True):
+                key = (self._source(incarnation), "worker/1", "sink")
+                self.mailbox.extend((key, seq, record) for _, _, seq, record in live)
+                return
         for incarnation, _, seq, record in live:
-            key = (self._source(incarnation), "worker/1", "sink")
-            verdict = self.ins.accept(key, seq)
-            assert verdict is not Verdict.OVERRUN, "a sender that keeps to its window never overruns"
-            if verdict is Verdict.ACCEPT:
-                self.mailbox.append((key, seq, record))
-            elif verdict is Verdict.DUPLICATE:
-                self.handled.setdefault(key, self.ins.handled_of(key))
+            self._take(incarnation, seq, record)
 
     @rule(data=st.data())
     @precondition(lambda self: self.net)
@@ -226,17 +244,20 @@ class Network(RuleBasedStateMachine):
     @rule()
     def flush_acks(self) -> None:
         for source, entries in self.ins.acks(self.handled).items():
-            self.acks.append((int(source.split("-")[1]), f"recv-{self.receiver}", entries))
+            self.acks.append((int(source.split("-")[1]), f"recv-{self.receiver}",
+                              [AckEntry(sender=s, target=t, received=r, handled=h) for s, t, r, h in entries]))
         self.handled = {}
+
+    def _ack(self, incarnation: int, node: str, entries: list[AckEntry]) -> None:
+        if incarnation != self.incarnation:
+            return  # for a sender that is gone
+        refused, _ = self.outbound.acked(entries, node, self.now)
+        assert not refused or node != self.out.node_id, "only the target's former node is refused"
 
     @rule(data=st.data())
     @precondition(lambda self: self.acks)
     def deliver_ack(self, data: st.DataObject) -> None:
-        incarnation, node, entries = self.acks.pop(data.draw(st.integers(0, len(self.acks) - 1)))
-        if incarnation != self.incarnation or node != self.out.node_id:
-            return  # for a sender that is gone, or from the target's former node
-        for _sender, _target, received, handled in entries:
-            self.out.on_ack(received, handled, self.now)
+        self._ack(*self.acks.pop(data.draw(st.integers(0, len(self.acks) - 1))))
 
     @rule(data=st.data())
     @precondition(lambda self: self.acks)
@@ -246,22 +267,28 @@ class Network(RuleBasedStateMachine):
     @rule(dt=st.floats(0.1, 2.0))
     def tick(self, dt: float) -> None:
         self.now += dt
-        for record in self.out.due(self.now, after=1.0):
-            self.net.append((self.incarnation, self.out.node_id, int.from_bytes(record[:8], "big"), record))
+        for stream, again in self.outbound.due(self.now, after=1.0):
+            for record in again:
+                self.net.append((self.incarnation, stream.node_id, int.from_bytes(record[:8], "big"), record))
 
     @rule()
     def restart_sender(self) -> None:
+        """A new process takes "worker/1" over; the receiver's view follows the registry."""
         self.incarnation += 1
         self.sent[self.incarnation] = []
-        self.out = OutStream("sink", f"recv-{self.receiver}", self.now, self.WINDOW)
+        self.outbound = Outbound(self.WINDOW)
+        self.out = self.outbound.open("worker/1", "sink", f"recv-{self.receiver}", self.now, self.WINDOW)
+        self.inbound.view.apply(RegistryUpdate(added={"worker/1": self._source(self.incarnation)}))
 
     @rule()
     def move_target(self) -> None:
         """The target's process died with what it had not handled; a new one takes the name over."""
         self.receiver += 1
-        self.ins = InStreams(self.WINDOW)
+        self._new_receiver()
         self.mailbox, self.handled = [], {}
-        for record in self.out.rehome(f"recv-{self.receiver}", lambda r, s: s.to_bytes(8, "big") + r[8:]):
+        again = self.outbound.rehome("worker/1", "sink", f"recv-{self.receiver}",
+                                     lambda r, s: s.to_bytes(8, "big") + r[8:])
+        for record in again or []:
             self.net.append((self.incarnation, self.out.node_id, int.from_bytes(record[:8], "big"), record))
 
     @invariant()
@@ -284,10 +311,7 @@ class Network(RuleBasedStateMachine):
                 self.handle()
             self.flush_acks()
             while self.acks:
-                incarnation, node, entries = self.acks.pop(0)
-                if incarnation == self.incarnation and node == self.out.node_id:
-                    for _s, _t, received, handled in entries:
-                        self.out.on_ack(received, handled, self.now)
+                self._ack(*self.acks.pop(0))
             if not self.out.unacked:
                 break
             self.tick(1.5)
@@ -297,14 +321,8 @@ class Network(RuleBasedStateMachine):
 
     def deliver_first(self) -> None:
         incarnation, node, seq, record = self.net.pop(0)
-        if node != f"recv-{self.receiver}":
-            return
-        key = (self._source(incarnation), "worker/1", "sink")
-        verdict = self.ins.accept(key, seq)
-        if verdict is Verdict.ACCEPT:
-            self.mailbox.append((key, seq, record))
-        elif verdict is Verdict.DUPLICATE:
-            self.handled.setdefault(key, self.ins.handled_of(key))
+        if node == f"recv-{self.receiver}":
+            self._take(incarnation, seq, record)
 
 
 TestNetwork = Network.TestCase
