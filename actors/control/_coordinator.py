@@ -39,6 +39,7 @@ from actorwire.actors.control._ledger import (
 )
 from actorwire.actors.control._phases import ACCEPTED, Event, Phase, next_phase
 from actorwire.actors.control._roles import Roles
+from actorwire.actors.control._roster import Roster
 from actorwire.actors.control._routes import RelayFan, Relays
 from actorwire.actors.control._sync import SyncCadence
 from actorwire.actors.runtime._actor import Actor, EffectsAdapter, effects_name, handler
@@ -154,12 +155,6 @@ class Coordinator(Actor):
         :class:`InvalidArgument` naming it."""
         self.settings = _settings(config)
         self._config_kwargs = dict(config)
-        self.ranks: dict[int, RankState] = {}
-        self._in_run: list[RankState] | None = None  # alive(), until a rank's state changes
-        self._live: list[RankState] | None = None  # _reachable(), until a rank's state changes
-        self._in_run_ids: frozenset[int] = frozenset()
-        self._in_run_count = 0  # len(alive()), kept as ranks change (joins must not sort all ranks)
-        self.by_name: dict[str, int] = {}
         self.phase = Phase.JOINING
         self._taken = ACCEPTED[self.phase]  # what the phase takes; set with the phase, read per message
         #: Messages refused because they did not belong in the phase they arrived in, by (kind, phase).
@@ -171,6 +166,9 @@ class Coordinator(Actor):
         self.global_step = 0
         #: The sync cadence and what each sync put in the model (``_sync.SyncCadence``).
         self.sync = SyncCadence(self.settings.sync_policy, self.settings.sync_every, self.settings.overhead_target)
+        #: The ranks, by number and by name, and who of them is in the run (``_roster.Roster``).
+        self.roster = Roster(self.sync.recheck)
+        self.ranks = self.roster.ranks
         self.metrics: dict[int, dict[int, MetricsMsg]] = {}
         #: Who runs evals, checkpoints and the epoch callback, and when they are due (``_roles.Roles``).
         self.roles = Roles(self.settings.eval_every, self.settings.checkpoint_every)
@@ -242,7 +240,7 @@ class Coordinator(Actor):
         that speaks again: those are logged at debug level."""
         key = (type(msg).wire_tag(), self.phase.value)
         self.refused[key] += 1
-        rank = self.ranks.get(self.by_name.get(ctx.sender or "", -1))
+        rank = self.roster.of(ctx.sender or "")
         live = rank is not None and rank.alive and not rank.exited
         if live:
             self.refused_from_live[key] += 1
@@ -254,31 +252,8 @@ class Coordinator(Actor):
     # -- helpers ------------------------------------------------------------
 
     def alive(self) -> list[RankState]:
-        """The ranks in the run: alive, not left, and not waiting for the next epoch to take part.
-
-        Kept until a rank's state changes (callers do not change the list)."""
-        cached = self._in_run
-        if cached is None:
-            cached = self._in_run = [self.ranks[k] for k in sorted(self.ranks) if self.ranks[k].in_run]
-            self._in_run_ids = frozenset(r.rank for r in cached)
-        return cached
-
-    def _alive_ids(self) -> frozenset[int]:
-        self.alive()
-        return self._in_run_ids
-
-    def _roster_changed(self, r: RankState, was_in: bool) -> None:
-        self.sync.recheck()
-        self._live = None
-        if r.in_run != was_in:
-            self._in_run = None
-            self._in_run_count += 1 if r.in_run else -1
-
-    def _reachable(self) -> list[RankState]:
-        """Every live rank, those waiting to take part included (they get heartbeats too)."""
-        if self._live is None:  # sorted twice a tick, it was 13% of the coordinator at 20,000 ranks (py-spy)
-            self._live = [r for r in sorted(self.ranks.values(), key=lambda r: r.rank) if r.alive and not r.exited]
-        return self._live
+        """The ranks in the run: alive, not left, and not waiting for the next epoch to take part."""
+        return self.roster.alive()
 
     def _tell_all(self, ctx: Context, message: Message) -> None:
         self._broadcast(ctx, self.alive(), message)
@@ -444,11 +419,7 @@ class Coordinator(Actor):
         old = self.ranks.get(msg.rank)
         if old is not None and old.in_run:
             old.alive = False  # never: a live incarnation is refused above; kept true to the count
-        self.ranks[msg.rank] = r
-        self.sync.recheck()
-        r.on_change = self._roster_changed  # counted from here on
-        self._roster_changed(r, False)
-        self.by_name[r.name] = msg.rank
+        self.roster.add(r)  # counted from here on
         self.lost_at_start.pop(msg.rank, None)  # a new incarnation: what was lost is back
         self.sync.fresh.add(msg.rank)  # it takes the run's model in its first sync, before it trains
         if r.waiting:
@@ -462,8 +433,8 @@ class Coordinator(Actor):
         if ctx.correlation_id:
             ctx.reply(accepted)
         self._sink(ctx, accepted)  # the user's view shows the joins as they come
-        ctx.log.info("rank joined", rank=msg.rank, joined=self._in_run_count, world_size=self.settings.world_size,
-                     progress=f"joined {self._in_run_count}/{self.settings.world_size}")
+        ctx.log.info("rank joined", rank=msg.rank, joined=self.roster.in_run, world_size=self.settings.world_size,
+                     progress=f"joined {self.roster.in_run}/{self.settings.world_size}")
         if self.phase is Phase.JOINING:
             self._maybe_begin(ctx)
         elif self.phase is Phase.RESTARTING:
@@ -499,13 +470,13 @@ class Coordinator(Actor):
         self.lost_at_start[msg.rank] = f"{msg.detail or 'exited'} before it joined"
         ctx.log.error("rank lost before joining", rank=msg.rank, phase=self.phase, reason=msg.detail)
         self._sink(ctx, RankLost(rank=msg.rank, epoch=-1, reason=self.lost_at_start[msg.rank],
-                                 world_size=self._in_run_count))
+                                 world_size=self.roster.in_run))
         self._maybe_begin(ctx)
 
     def _maybe_begin(self, ctx: Context) -> None:
         """Start once every rank joined or was lost; end at once if too few can ever start."""
         c = self.settings
-        alive = self._in_run_count
+        alive = self.roster.in_run
         waiting = c.world_size - len(self.ranks) - sum(1 for k in self.lost_at_start if k not in self.ranks)
         restarting = (c.restart_wait > 0 and self._restart_since is not None
                       and ctx.now() - self._restart_since < c.restart_wait)
@@ -568,8 +539,8 @@ class Coordinator(Actor):
             # One by one (``_tell_each`` skips a rank that just went down): a broadcast raised at the
             # first rank that had just gone down, and the rest of the tick did not run.
             beat = CoordHeartbeat(seq=msg.count)
-            self._broadcast(ctx, self._reachable(), beat)
-            self._check_silence(ctx, now, self._reachable())
+            self._broadcast(ctx, self.roster.reachable(), beat)
+            self._check_silence(ctx, now, self.roster.reachable())
             self._check_rendezvous_timeout(ctx, now)
             self._maybe_reform(ctx)
             armed = self.sync.armed_at
@@ -586,10 +557,10 @@ class Coordinator(Actor):
             self._save_and_shutdown(ctx, self._unrecoverable() or reason, detail)  # not every rank went
         if self.phase is Phase.RESTARTING:
             beat = CoordHeartbeat(seq=msg.count)
-            self._broadcast(ctx, self._reachable(), beat)
+            self._broadcast(ctx, self.roster.reachable(), beat)
             self._maybe_resume(ctx, now)
         if self.phase is Phase.STOPPING and self.shutdown_at is not None:
-            if not self._in_run_count or now - self.shutdown_at > self.settings.exit_grace:
+            if not self.roster.in_run or now - self.shutdown_at > self.settings.exit_grace:
                 ctx.stop()
 
     def _check_silence(self, ctx: Context, now: float, ranks: list[RankState]) -> None:
@@ -608,10 +579,9 @@ class Coordinator(Actor):
         if self.relays.is_relay(msg.name):
             self._relay_lost(ctx, msg.name, f"{msg.reason.value}: {msg.detail}")
             return
-        rank = self.by_name.get(msg.name)
-        if rank is None:
+        r = self.roster.of(msg.name)
+        if r is None:
             return
-        r = self.ranks[rank]
         if r.exited or not r.alive:
             return  # the Exiting latch: a clean exit is never a death
         if msg.reason is DownReason.EXITED and self.phase is Phase.STOPPING:
@@ -627,7 +597,7 @@ class Coordinator(Actor):
             r.exited = True
         # The count, not alive(): each exit changes the roster, and rebuilding it per Exiting made the
         # end of a 10,000-rank run take minutes (py-spy: alive() under on_exiting).
-        if self.phase is Phase.STOPPING and not self._in_run_count:
+        if self.phase is Phase.STOPPING and not self.roster.in_run:
             ctx.stop()
 
     @handler
@@ -658,7 +628,7 @@ class Coordinator(Actor):
             self.lost_at_start[r.rank] = f"died while the others were joining ({why})"
             ctx.log.error("rank lost", rank=r.rank, phase=self.phase, reason=why)
             self._sink(ctx, RankLost(rank=r.rank, epoch=-1, reason=f"died while the others were joining ({why})",
-                                     world_size=self._in_run_count))
+                                     world_size=self.roster.in_run))
             self._maybe_begin(ctx)
             return
         # The remainder is computed before the ledger changes: once the rank is
@@ -751,7 +721,7 @@ class Coordinator(Actor):
 
     def _maybe_resume(self, ctx: Context, now: float) -> None:
         """Resume once every rank is back; at ``restart_wait``, with those back if they are enough."""
-        back = [r for r in self._reachable() if r.waiting]
+        back = [r for r in self.roster.reachable() if r.waiting]
         since = self._restart_since if self._restart_since is not None else now
         if len(back) >= self.settings.world_size:
             self._resume(ctx, back)
@@ -840,7 +810,7 @@ class Coordinator(Actor):
     def _maybe_reform(self, ctx: Context, *, reason: str = "", rank: int | None = None) -> None:
         """Form the group again once every live member of the failed attempt has given up
         (``GroupFormation.reform``)."""
-        waiting = self.groups.reform(self.ranks, self._alive_ids(), ctx.now())
+        waiting = self.groups.reform(self.ranks, self.roster.alive_ids(), ctx.now())
         if waiting is None:
             return
         ctx.log.warning("ranks could not join the new process group; re-forming it", rank=rank,
@@ -1103,7 +1073,7 @@ class Coordinator(Actor):
             # Before the first completed sync one rank's initialisation becomes the run's model; it is
             # named in every SyncNow until a sync completes (a rank that was blocked may have dropped
             # the one that named it first).
-            if sync.source is None or sync.source not in self._alive_ids():
+            if sync.source is None or sync.source not in self.roster.alive_ids():
                 sync.source = alive[0].rank
                 alive[0].has_model = True
                 sync.fresh.discard(alive[0].rank)
@@ -1138,7 +1108,7 @@ class Coordinator(Actor):
             return
         if not self.sync.in_progress:
             return
-        if self.sync.ack(r, msg.step_count, msg.covered, self._alive_ids()):  # a rank waiting was not asked
+        if self.sync.ack(r, msg.step_count, msg.covered, self.roster.alive_ids()):  # a rank waiting was not asked
             self._finish_sync(ctx)
 
     def _settle_acks(self) -> None:
@@ -1153,7 +1123,7 @@ class Coordinator(Actor):
         formed = self.groups.formed_again(now)
         if formed is not None:
             # The first sync on a group formed after the loss: the run is whole again.
-            ranks = sorted(self._alive_ids())
+            ranks = sorted(self.roster.alive_ids())
             seconds = round(formed, 3)
             ctx.log.warning("the group formed again", ranks=ranks, world_size=len(ranks), seconds=seconds)
             self._sink(ctx, GroupFormed(ranks=ranks, world_size=len(ranks), seconds=seconds))
@@ -1233,7 +1203,7 @@ class Coordinator(Actor):
         alive = self.alive()
         if self.sync.in_progress:
             return  # the last sync must be acknowledged by every alive rank first
-        joining = [r for r in self._reachable() if r.waiting]
+        joining = [r for r in self.roster.reachable() if r.waiting]
         if joining and self.groups.search is None:
             # Rejoined during the last epoch: they must not end the run with their own initialisation.
             # They join the group, and its first sync gives them the final model (it comes back here).
@@ -1264,7 +1234,7 @@ class Coordinator(Actor):
         self.shutdown_at = ctx.now()
         self._end_message = Shutdown()
         # a rank that rejoined during the last epoch leaves too
-        self._broadcast(ctx, self._reachable(), self._end_message)
+        self._broadcast(ctx, self.roster.reachable(), self._end_message)
 
     def _save_and_shutdown(self, ctx: Context, reason: SaveReason, detail: str = "") -> None:
         if self.saved is not None or self.phase is Phase.STOPPING:
@@ -1278,7 +1248,7 @@ class Coordinator(Actor):
                                                         text=json.dumps(meta, indent=2, sort_keys=True) + "\n"))
         message = ShutdownWithSave(reason=reason, detail=detail)
         self._end_message = message
-        self._broadcast(ctx, self._reachable(), message)
+        self._broadcast(ctx, self.roster.reachable(), message)
         self._sink(ctx, message)  # the user's view of the run says why it ended
         self._move(Event.CANNOT_GO_ON)
         self.shutdown_at = ctx.now()

@@ -87,9 +87,9 @@ def _check(self: Simulation) -> None:
     if self.now > self.deadline:
         self._fail(f"the run has not ended after {self.deadline:.0f} s (phase {c.phase}, epoch {c.epoch})")
     in_run = [r for _, r in sorted(c.ranks.items()) if r.alive and not r.exited and not r.waiting]
-    if c.alive() != in_run or c._in_run_count != len(in_run):
+    if c.alive() != in_run or c.roster.in_run != len(in_run):
         self._fail(f"the coordinator's list of ranks in the run {[r.rank for r in c.alive()]} "
-                   f"(count {c._in_run_count}) is not {[r.rank for r in in_run]}")
+                   f"(count {c.roster.in_run}) is not {[r.rank for r in in_run]}")
     sync = c.sync
     if not sync.in_progress:
         # The gate's kept scan (``SyncCadence.unchecked``) against a scan of every rank from scratch.

@@ -349,7 +349,7 @@ class ScaleSimulation:
             self.throttled[rank] = False
             cycle = message.cycle
             told = self._told_sync[cycle] = self._told_sync.get(cycle, 0) + 1
-            if told == self.coordinator._in_run_count:
+            if told == self.coordinator.roster.in_run:
                 self.reached[cycle] = self.now
             self.acked[cycle] = max(self.acked.get(cycle, 0.0), self.now)
             host = self._host(rank)
