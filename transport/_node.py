@@ -1266,8 +1266,7 @@ class Node:
         try:
             admitted = self._view.hello(hello, claimed)
         except HelloRefused as exc:
-            self._refuse(claimed, f"a hello: {exc}")
-            self._send_router(identity, [self._codec.join_records([self._node_record(Refused(reason=str(exc)))])])
+            self._refuse_line(identity, claimed, f"a hello: {exc}", told=str(exc))
             return
         if not admitted or claimed == self.node_id:
             self._refuse(claimed, "a line from a node that is not a member")
@@ -1284,10 +1283,12 @@ class Node:
             return
         self._line_peers[identity] = claimed
 
-    def _refuse_line(self, identity: str, claimed: str, what: str) -> None:
-        """Refuse the line ``identity`` and tell it so: its asks then go the node's way at once."""
+    def _refuse_line(self, identity: str, claimed: str, what: str, *, told: str | None = None) -> None:
+        """Refuse the line ``identity`` (counted as ``what``) and tell it so (``told``, else ``what``):
+        its asks then go the node's way at once."""
         self._refuse(claimed, what)
-        self._send_router(identity, [self._codec.join_records([self._node_record(Refused(reason=what))])])
+        refused = Refused(reason=what if told is None else told)
+        self._send_router(identity, [self._codec.join_records([self._node_record(refused)])])
         self._router_of.pop(identity, None)
 
     def _release_lines(self) -> None:
