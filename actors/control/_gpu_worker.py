@@ -99,7 +99,10 @@ class GpuWorker(Actor):
         #: about; its Down ends the rank.
         self.coordinator_timeout = coordinator_timeout
         self.protocol = RankProtocol(rank, world_size, coordinator=coordinator,
-                                     coordinator_timeout=coordinator_timeout, regroup_wait=regroup_wait, relay=relay)
+                                     coordinator_timeout=coordinator_timeout, regroup_wait=regroup_wait, relay=relay,
+                                     # A report per batch: the batch runs on the adapter, and the report
+                                     # goes from this actor's thread, not the training loop's.
+                                     report_every=0.0)
         self.stepping = False
         #: A batch is in the adapter: control messages wait for it (``held``).
         self.training = False

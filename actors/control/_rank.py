@@ -274,11 +274,42 @@ _SERVED_WHILE_REGROUPING = (NewNcclSession, RequestNewNcclId, DeclareDead, Shutd
                             CoordHeartbeat, Heartbeat, SetGlobalStep, EvalBroadcast)
 
 
+#: At most one ``Batch`` per this many seconds from a rank, and at most ``REPORT_HELD_MAX - 1``
+#: batches held.  A report per batch cost the training thread a wake-up of its I/O thread per step
+#: (``bench train``: report_timing, about half of the control plane's share of a step); the
+#: coordinator counts batches by the step count a report carries, so a report for several batches
+#: counts them all, as a relay's folded report does.  The count bound keeps the coordinator's
+#: throttle on time whatever a step costs (decision 0020: 50 ms alone let a rank run 3.3 lead bounds
+#: past its last sync in the simulator).
+REPORT_EVERY_S = 0.005
+REPORT_HELD_MAX = 4
+
+
+@dataclasses.dataclass
+class _HeldBatches:
+    """The batches trained since the last ``Batch`` report: their sums and the latest parameter norm."""
+
+    batches: int = 0
+    batch_ms: float = 0.0
+    data_ms: float = 0.0
+    loss: float = 0.0
+    param_norm: float | None = None
+
+    def add(self, batch_ms: float, data_ms: float, loss: float, param_norm: float | None) -> None:
+        self.batches += 1
+        self.batch_ms += batch_ms
+        self.data_ms += data_ms
+        self.loss += loss
+        if param_norm is not None:
+            self.param_norm = param_norm
+
+
 class RankProtocol:
     """The worker side of the coordinator protocol for rank ``rank``; see the module doc."""
 
     def __init__(self, rank: int, world_size: int, *, coordinator: str = "coordinator",
-                 coordinator_timeout: float = 30.0, regroup_wait: float = 60.0, relay: str = "") -> None:
+                 coordinator_timeout: float = 30.0, regroup_wait: float = 60.0, relay: str = "",
+                 report_every: float = REPORT_EVERY_S) -> None:
         self.rank = rank
         self.world_size = world_size
         self.coordinator = coordinator
@@ -317,6 +348,11 @@ class RankProtocol:
         self.regroup_until: float | None = None
         self._deferred: list[Message] = []
         self._last_lr: float | None = None
+        #: ``Batch`` reports are folded: at most one per ``report_every`` s, carrying the batches
+        #: trained since the last one (their mean times and loss, the step count reached).
+        self.report_every = report_every
+        self._reported_at = -math.inf
+        self._held = _HeldBatches()
         self._scalars: dict[str, list[float]] = {}
         self._batches = 0
         self._loss = 0.0
@@ -461,17 +497,21 @@ class RankProtocol:
         """Time passed: a silent coordinator ends the run here; a regrouping that waited too long ends."""
         if self.ended is not None or not self.joined:
             return []
+        effects: list[Effect] = []
+        if self._held.batches and now - self._reported_at >= self.report_every:
+            effects.append(self._report(now))
         silence = now - self.coord_seen
         if silence > self.coordinator_timeout * self._silence_warned:
             # Load is not death: a saturated coordinator stops sending CoordHeartbeat long before
             # libzmq's heartbeats (run outside the GIL) would say its process is gone.
             self._silence_warned *= 2
-            return [Log("warning", "the coordinator has been silent; waiting for the runtime to report it down",
-                        {"silent_s": round(silence, 1), "warn_after_s": self.coordinator_timeout})]
+            effects.append(Log("warning", "the coordinator has been silent; waiting for the runtime to report it down",
+                               {"silent_s": round(silence, 1), "warn_after_s": self.coordinator_timeout}))
+            return effects
         if self.regroup_until is not None and now >= self.regroup_until:
-            effects: list[Effect] = [Log("error", "no new process group in time", {"waited_s": self.regroup_wait})]
+            effects.append(Log("error", "no new process group in time", {"waited_s": self.regroup_wait}))
             return effects + self._stop_regrouping(now)
-        return []
+        return effects
 
     def _end(self, message: Shutdown | ShutdownWithSave, why: str, gone: bool = False,
              failed: bool = False) -> list[Effect]:
@@ -633,13 +673,29 @@ class RankProtocol:
         self._compute_ms += batch_ms
         self._data_ms += data_ms
         self._last_batch_end = now
-        effects: list[Effect] = [Send(Batch(rank=self.rank, batch_ms=batch_ms, step_count=self.steps,
-                                            batch_loss=loss, data_ms=data_ms, param_norm=param_norm), to=self.relay)]
+        self._held.add(batch_ms, data_ms, loss, param_norm)
+        effects: list[Effect] = []
+        if now - self._reported_at >= self.report_every or self._held.batches >= REPORT_HELD_MAX:
+            effects.append(self._report(now))
         if lr is not None and lr != self._last_lr:
             # The coordinator keeps the latest LR per rank: an unchanged LR is not sent again.
             self._last_lr = lr
             effects.append(Send(LrUpdate(rank=self.rank, lr=lr)))
         return effects
+
+    def _report(self, now: float) -> Send:
+        held = self._held
+        n = held.batches
+        self._reported_at = now
+        batch = Batch(rank=self.rank, batch_ms=held.batch_ms / n, step_count=self.steps, batch_loss=held.loss / n,
+                      data_ms=held.data_ms / n, param_norm=held.param_norm)
+        self._held = _HeldBatches()
+        return Send(batch, to=self.relay)
+
+    def report_held(self, now: float) -> list[Effect]:
+        """The batches held since the last ``Batch``, reported now (the driver calls it before it waits:
+        what the coordinator's sync gate counts must not sit in a rank that blocks)."""
+        return [self._report(now)] if self._held.batches and self.ended is None else []
 
     def record_scalar(self, name: str, value: float) -> None:
         acc = self._scalars.get(name)
@@ -666,6 +722,7 @@ class RankProtocol:
             extensions=covered, step_count=self.steps, seq=self._metrics_seq + 1)
         self._metrics_seq += 1
         self._scalars = {}
+        self._held = _HeldBatches()  # counted by the metrics' step count
         self.current = None
         if self.relay:
             self._unconfirmed.append(metrics)

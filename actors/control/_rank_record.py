@@ -36,7 +36,7 @@ PROTOCOL_CLASS = f"{RankProtocol.__module__}:{RankProtocol.__qualname__}"
 
 #: The calls that change the protocol (``receive`` is logged as an ``In``).
 RECORDED = ("join_reply", "receive", "tick", "coordinator_gone", "relay_gone", "send_failed", "sync_done", "group_formed", "group_id_made",
-            "evaluated", "checkpointed", "epoch_fn_done", "start_plan", "take", "batch_done", "record_scalar",
+            "evaluated", "checkpointed", "epoch_fn_done", "start_plan", "take", "batch_done", "report_held", "record_scalar",
             "report_epoch", "intent", "exiting")
 
 _encoder = msgspec.msgpack.Encoder()
@@ -73,7 +73,8 @@ def effect_text(effect: Any) -> str:
 
 def protocol_config(p: RankProtocol) -> dict[str, Any]:
     return {"rank": p.rank, "world_size": p.world_size, "coordinator": p.coordinator,
-            "coordinator_timeout": p.coordinator_timeout, "regroup_wait": p.regroup_wait, "relay": p.relay}
+            "coordinator_timeout": p.coordinator_timeout, "regroup_wait": p.regroup_wait, "relay": p.relay,
+            "report_every": p.report_every}
 
 
 class RecordedProtocol:
@@ -163,7 +164,7 @@ def replay_protocol(header: LogHeader, records: list[Any]) -> tuple[int, list[tu
     """Make the recorded calls on a fresh protocol; ``(inputs replayed, divergences)``, each divergence
     ``(index, input, expected, got)``; replay stops at the first."""
     try:
-        protocol = RankProtocol(**header.config)
+        protocol = RankProtocol(**{"report_every": 0.0, **header.config})  # recorded before reports were folded
     except TypeError as exc:
         raise InvalidArgument(f"the recorded config does not build RankProtocol: {exc}") from None
     effects: dict[int, list[str]] = {}

@@ -60,6 +60,10 @@ class Worker:
     ``MetricsMsg`` go there, it tells the coordinator one report for all the host's ranks, and the
     coordinator tells this rank through it (docs/control-plane.md, "Relays").
 
+    ``report_every``: at most one ``Batch`` report per this many seconds (default 5 ms); a report
+    carries every batch trained since the last one, and what is held is reported before the rank
+    waits for anything.
+
     The decisions are :class:`~._rank.RankProtocol`'s (the same machine the ``GpuWorker`` actor and
     the simulator run); this class carries out its effects from the training thread.
     """
@@ -85,6 +89,7 @@ class Worker:
         heartbeat_interval: float = 1.0,
         dataset_size: int | None = None,
         relay: str = "",
+        report_every: float = _rank.REPORT_EVERY_S,
     ) -> None:
         from actorwire.actors.runtime._launch import attach, launch_env
 
@@ -109,7 +114,8 @@ class Worker:
         # Recorded like an actor when the system records (actors/control/_rank_record.py).
         self.protocol: Any = recorded(RankProtocol(self.rank, self.world_size, coordinator=coordinator,
                                                    coordinator_timeout=coordinator_timeout,
-                                                   regroup_wait=_SESSION_WAIT_S, relay=relay),
+                                                   regroup_wait=_SESSION_WAIT_S, relay=relay,
+                                                   report_every=report_every),
                                       self.system, _names.worker(self.rank))
         self._snapshot: Any = None
         self.death_dir = death_dir or settings().death_dir or tempfile.gettempdir()
@@ -421,6 +427,8 @@ class Worker:
         """Serve every control message waiting (waiting up to ``wait`` s for the first one); while
         the protocol waits for a new group after a failed all-reduce, keep serving until it is in."""
         p = self.protocol
+        if wait > 0:
+            self._run(p.report_held(time.monotonic()))  # held batch reports: the coordinator counts them while it waits
         first = self.inbox.get(timeout=wait) if wait > 0 else self.inbox.poll()
         self._serve(first)
         while p.regrouping:  # the training thread waits here, as it would inside the collective

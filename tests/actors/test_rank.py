@@ -107,6 +107,47 @@ def test_an_unchanged_learning_rate_is_not_sent_again() -> None:
     assert [type(x).__name__ for x in _sent(p.batch_done(0.2, 1.0, 0.5, lr=0.1))] == ["Batch"]
 
 
+def test_batches_within_report_every_are_one_report_of_their_means_and_the_step_count_reached() -> None:
+    p = _joined(report_every=0.005)
+    assert _sent(p.batch_done(1.0, 2.0, 0.5, data_ms=1.0)) == [m.Batch(rank=1, batch_ms=2.0, step_count=1,
+                                                                         batch_loss=0.5, data_ms=1.0)]
+    assert p.batch_done(1.001, 4.0, 0.25, param_norm=3.0) == []  # held: within 5 ms of the last report
+    assert p.batch_done(1.002, 6.0, 0.75, data_ms=2.0) == []
+    assert _sent(p.batch_done(1.006, 8.0, 0.5)) == [m.Batch(rank=1, batch_ms=6.0, step_count=4, batch_loss=0.5,
+                                                            data_ms=2.0 / 3, param_norm=3.0)]
+    assert _sent(p.batch_done(1.5, 1.0, 0.5)) == [m.Batch(rank=1, batch_ms=1.0, step_count=5, batch_loss=0.5)]
+    # Fast batches: at most REPORT_HELD_MAX - 1 held whatever the clock says (the coordinator throttles
+    # by count: a rank it hears of late trains past its lead bound).
+    assert [p.batch_done(1.5, 1.0, 0.5) for _ in range(_rank.REPORT_HELD_MAX - 1)] == [[]] * (_rank.REPORT_HELD_MAX - 1)
+    assert _sent(p.batch_done(1.5, 1.0, 0.5)) == [m.Batch(rank=1, batch_ms=1.0, step_count=5 + _rank.REPORT_HELD_MAX,
+                                                          batch_loss=0.5)]
+
+
+def test_held_batches_are_reported_by_the_tick_after_report_every_or_at_once_before_a_wait() -> None:
+    p = _joined(report_every=0.005)
+    p.batch_done(1.0, 1.0, 0.5)
+    p.batch_done(1.001, 1.0, 0.5)
+    assert p.tick(1.004) == []
+    assert _sent(p.tick(1.006)) == [m.Batch(rank=1, batch_ms=1.0, step_count=2, batch_loss=0.5)]
+    assert p.tick(1.1) == [] and p.report_held(1.1) == []  # nothing held
+    assert len(_sent(p.batch_done(1.101, 1.0, 0.5))) == 1
+    assert p.batch_done(1.102, 1.0, 0.5) == []
+    assert _sent(p.report_held(1.103)) == [m.Batch(rank=1, batch_ms=1.0, step_count=4, batch_loss=0.5)]
+    assert p.batch_done(1.104, 1.0, 0.5) == []
+    p.receive(m.Shutdown(), now=1.105)
+    assert p.report_held(1.106) == [] and p.tick(1.2) == []  # nothing is said after the run ended
+
+
+def test_the_epoch_report_counts_the_held_batches_and_they_are_not_reported_again() -> None:
+    p = _joined(report_every=0.005)
+    p.receive(m.StartEpoch(epoch=0, partition_offset=0, partition_size=3), now=0.0)
+    p.start_plan(0.0)
+    _train(p, 1, now=1.0)  # three batches at once: the first reported, two held
+    (metrics,) = _sent(p.report_epoch(1.001))
+    assert isinstance(metrics, m.MetricsMsg) and metrics.step_count == 3 and metrics.batches_processed == 3
+    assert p.report_held(1.002) == [] and p.tick(2.0) == []
+
+
 def _in_sync(p: RankProtocol, now: float = 0.1) -> RankProtocol:
     """The run's first sync: the rank takes the run's model (weighs 0) before it may train."""
     (reduce,) = p.receive(m.SyncNow(cycle=1, source=0), now=now)

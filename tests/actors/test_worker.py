@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import time
 from collections.abc import Callable
 
 import pytest
@@ -67,6 +68,22 @@ def test_the_users_loop_trains_every_epoch_and_leaves_cleanly(system: ActorSyste
         epochs.append(plan.epoch)
     worker.finish()
     assert epochs == [0, 1] and not worker.drain_pending_shutdown()
+
+
+def test_a_held_batch_report_reaches_the_coordinator_before_the_worker_waits(system: ActorSystem) -> None:
+    coordinator = Coordinator(world_size=1, run_id=system.run_id, num_epochs=1, dataset_size=8, eval_every=0,
+                              final_eval=False)
+    system.spawn(coordinator, "coordinator")
+    worker = Worker(system=system, rank=0, world_size=1, model_signature="s", join_timeout=10, report_every=60.0)
+    plan = worker.next_plan(timeout=10)
+    assert plan is not None
+    worker.report_timing(batch_ms=1.0, batch_loss=0.5)  # reported
+    worker.report_timing(batch_ms=1.0, batch_loss=0.5)  # held for a minute
+    assert worker.next_plan(timeout=0.3) is None  # mid-epoch: waits for a plan, and reports first
+    deadline = time.monotonic() + 10
+    while coordinator.ranks[0].total_steps < 2 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert coordinator.ranks[0].total_steps == 2
 
 
 @pytest.mark.parametrize("loss", [float("nan"), float("inf")])
