@@ -37,6 +37,7 @@ from actorwire.actors.control._ledger import (
     shares,
     split_slices,
 )
+from actorwire.actors.control._losses import Losses
 from actorwire.actors.control._phases import ACCEPTED, Event, Phase, next_phase
 from actorwire.actors.control._roles import Roles
 from actorwire.actors.control._roster import Roster
@@ -180,20 +181,14 @@ class Coordinator(Actor):
         self._signature = ""
         self.history: list[EpochMetrics] = []
         self.started_at = 0.0
-        #: Ranks lost before the run started, and how: they are not waited for.
-        self.lost_at_start: dict[int, str] = {}
-        #: Ranks lost while the run went on, and how (the last loss of each); and those that rejoined.
-        self.lost_running: dict[int, str] = {}
-        self.rejoined: set[int] = set()
-        self._deaths: list[float] = []  # when each rank was lost while the run went on
+        #: Ranks lost before and while the run went on, and how; those that rejoined; the restarts.
+        self.losses = Losses()
         self.saved_detail = ""
         #: The last checkpoint written (with a path): what a restarted group resumes from.
         self.checkpoint: Checkpointed | None = None
         self._checkpoint_steps: dict[int, int] = {}  # version -> the global step its model holds
         #: Since when every rank is lost and the run waits for them to be started again (``restart_wait``).
         self._restart_since: float | None = None
-        #: One line per whole-group restart the run recovered from.
-        self.restarts: list[str] = []
         #: Too few ranks left (and restart_wait set): the end this would be, why, and since when.
         self._ending: tuple[SaveReason, str, float] | None = None
         #: Relays the ranks named (watched), and those that died: their ranks are told directly.
@@ -420,10 +415,9 @@ class Coordinator(Actor):
         if old is not None and old.in_run:
             old.alive = False  # never: a live incarnation is refused above; kept true to the count
         self.roster.add(r)  # counted from here on
-        self.lost_at_start.pop(msg.rank, None)  # a new incarnation: what was lost is back
+        self.losses.joined(msg.rank, rejoin=r.waiting)  # a new incarnation: what was lost is back
         self.sync.fresh.add(msg.rank)  # it takes the run's model in its first sync, before it trains
         if r.waiting:
-            self.rejoined.add(msg.rank)
             ctx.log.warning("rank rejoined; it gets a share from the next epoch", rank=msg.rank, epoch=self.epoch)
         accepted = JoinAccepted(rank=msg.rank, world_size=self.settings.world_size)
         if self.phase is Phase.RESTARTING and self.checkpoint is not None:
@@ -464,12 +458,12 @@ class Coordinator(Actor):
             if msg.returncode != 0 and r.alive and not r.exited and self.phase is not Phase.STOPPING:
                 self._death(ctx, r, msg.detail)  # its Down may still be on the way; this is as sure
             return
-        if self.phase is not Phase.JOINING or msg.rank in self.lost_at_start or msg.rank >= self.settings.world_size:
+        if self.phase is not Phase.JOINING or msg.rank in self.losses.at_start or msg.rank >= self.settings.world_size:
             return
         self.failures += 1
-        self.lost_at_start[msg.rank] = f"{msg.detail or 'exited'} before it joined"
+        why = self.losses.lost_before_start(msg.rank, f"{msg.detail or 'exited'} before it joined")
         ctx.log.error("rank lost before joining", rank=msg.rank, phase=self.phase, reason=msg.detail)
-        self._sink(ctx, RankLost(rank=msg.rank, epoch=-1, reason=self.lost_at_start[msg.rank],
+        self._sink(ctx, RankLost(rank=msg.rank, epoch=-1, reason=why,
                                  world_size=self.roster.in_run))
         self._maybe_begin(ctx)
 
@@ -477,7 +471,7 @@ class Coordinator(Actor):
         """Start once every rank joined or was lost; end at once if too few can ever start."""
         c = self.settings
         alive = self.roster.in_run
-        waiting = c.world_size - len(self.ranks) - sum(1 for k in self.lost_at_start if k not in self.ranks)
+        waiting = c.world_size - len(self.ranks) - sum(1 for k in self.losses.at_start if k not in self.ranks)
         restarting = (c.restart_wait > 0 and self._restart_since is not None
                       and ctx.now() - self._restart_since < c.restart_wait)
         if restarting and alive < c.world_size:
@@ -489,10 +483,10 @@ class Coordinator(Actor):
             if self._restart_since is None:
                 self._restart_since = ctx.now()
                 ctx.log.warning("too few ranks left before the start; waiting for the launcher to start them again",
-                                wait_s=c.restart_wait, lost=sorted(self.lost_at_start))
+                                wait_s=c.restart_wait, lost=sorted(self.losses.at_start))
             return
         if alive + waiting < c.min_world_size:
-            lost = "; ".join(f"rank {k} {why}" for k, why in sorted(self.lost_at_start.items()))
+            lost = "; ".join(f"rank {k} {why}" for k, why in sorted(self.losses.at_start.items()))
             self._save_and_shutdown(ctx, SaveReason.TOO_FEW_RANKS,
                                     f"{lost}; {alive} of {c.world_size} ranks joined and {waiting} may still, "
                                     f"fewer than min_world_size {c.min_world_size} (phase joining)")
@@ -504,9 +498,9 @@ class Coordinator(Actor):
 
     def _begin(self, ctx: Context) -> None:
         self._move(Event.ALL_IN)
-        if self.lost_at_start:
+        if self.losses.at_start:
             ctx.log.warning("starting without the ranks lost before the start", world_size=len(self.alive()),
-                            lost=sorted(self.lost_at_start))
+                            lost=sorted(self.losses.at_start))
         self._elect_roles(ctx)
         # With fewer ranks than planned, the workers cannot form the group they were launched for:
         # the coordinator forms it for the ranks that are here.
@@ -527,9 +521,9 @@ class Coordinator(Actor):
             if self.phase is Phase.JOINING and self._restart_since is not None:
                 self._maybe_begin(ctx)  # ends the run once restart_wait has passed without enough ranks
             if self.phase is Phase.JOINING and now - self.started_at >= self.settings.join_timeout:
-                missing = sorted(set(range(self.settings.world_size)) - set(self.ranks) - set(self.lost_at_start))
+                missing = sorted(set(range(self.settings.world_size)) - set(self.ranks) - set(self.losses.at_start))
                 for rank in missing:
-                    self.lost_at_start[rank] = f"did not join within {self.settings.join_timeout:g} s"
+                    self.losses.lost_before_start(rank, f"did not join within {self.settings.join_timeout:g} s")
                 ctx.log.warning("not every rank joined in time; starting with those that did",
                                 joined=sorted(r.rank for r in self.alive()), missing=missing,
                                 world_size=self.settings.world_size)
@@ -625,7 +619,7 @@ class Coordinator(Actor):
         if self.phase is Phase.JOINING:  # nothing to hand over yet: the run starts without it
             r.alive = False
             self.failures += 1
-            self.lost_at_start[r.rank] = f"died while the others were joining ({why})"
+            self.losses.lost_before_start(r.rank, f"died while the others were joining ({why})")
             ctx.log.error("rank lost", rank=r.rank, phase=self.phase, reason=why)
             self._sink(ctx, RankLost(rank=r.rank, epoch=-1, reason=f"died while the others were joining ({why})",
                                      world_size=self.roster.in_run))
@@ -643,8 +637,7 @@ class Coordinator(Actor):
         left = remaining_slices(r.slices, synced, self.settings.batch_size)
         remainder = sum(n for _, n in left)
         r.lost_why = f"{why}, in epoch {self.epoch}"
-        self.lost_running[r.rank] = f"lost in epoch {self.epoch} ({why})"
-        self.rejoined.discard(r.rank)
+        self.losses.lost_running(r.rank, self.epoch, why)
         r.alive = False
         self.failures += 1
         self.sync.acked.discard(r.rank)
@@ -660,12 +653,12 @@ class Coordinator(Actor):
             self._send_eval(ctx, self.settings.num_epochs, final=True)
         if self.settings.backend == "nccl":
             self._tell_all(ctx, DeclareDead(rank=r.rank))
-        self._deaths.append(ctx.now())
+        self.losses.died(ctx.now())
         reason = self._unrecoverable()
         if reason is not None:
             detail = (f"rank {r.rank} lost in epoch {self.epoch} ({why}); {len(self.alive())} rank(s) left, "
                       f"{self.failures} lost in all")
-            recent = [t for t in self._deaths if ctx.now() - t <= _CASCADE_S]
+            recent = self.losses.recent(ctx.now(), _CASCADE_S)
             if reason is SaveReason.ALL_RANKS_LOST and self.settings.restart_wait > 0:
                 self._ending = None
                 self._await_restart(ctx, detail)
@@ -758,7 +751,7 @@ class Coordinator(Actor):
         self._move(Event.RESUMED)
         line = (f"every rank was lost in epoch {lost_in} and started again; resumed at epoch {epoch} "
                 + (f"from checkpoint {resume.path}" if resume is not None else "from the start (no checkpoint)"))
-        self.restarts.append(line)
+        self.losses.restarts.append(line)
         ctx.log.warning("the restarted ranks are back; the run resumes", ranks=[r.rank for r in back],
                         epoch=epoch, checkpoint=resume.path if resume is not None else None)
         for r in back:
@@ -1258,12 +1251,9 @@ class Coordinator(Actor):
         c = self.settings
         trained = len(self.history)
         complete = self.saved is None and trained == c.num_epochs
-        lost = {**self.lost_at_start, **self.lost_running}
+        lost = self.losses.lost()
         finished = sorted(r.rank for r in self.ranks.values() if r.alive and r.exited)
-        losses = "; ".join(f"rank {rank} {why}" + (", rejoined" if rank in self.rejoined else "")
-                           for rank, why in sorted(lost.items()))
-        if self.restarts:
-            losses += "; " + "; ".join(self.restarts)
+        losses = self.losses.text()
         if complete and not lost:
             line = (f"run ended cleanly: every epoch trained ({trained}/{c.num_epochs}); "
                     f"{len(finished)} of {c.world_size} ranks finished with the final model")
@@ -1278,7 +1268,7 @@ class Coordinator(Actor):
         return RunOutcome(complete=complete, epochs=trained, lost=lost, finished=finished, line=line,
                           num_epochs=c.num_epochs, world_size=c.world_size, reason=reason,
                           detail=self.saved_detail if self.saved is not None else "",
-                          rejoined=sorted(self.rejoined), restarts=list(self.restarts))
+                          rejoined=sorted(self.losses.rejoined), restarts=list(self.losses.restarts))
 
     def _meta(self, reason: SaveReason, ctx: Context) -> dict[str, Any]:
         return {

@@ -615,7 +615,7 @@ def test_a_rank_whose_process_exited_before_joining_is_not_waited_for() -> None:
                      ("worker/2", m.StartEpoch(epoch=0, partition_offset=45, partition_size=45))]
     # The workers were launched for three: the coordinator forms the group of two itself.
     assert any(isinstance(s.message, m.RequestNewNcclId) for s in out)
-    assert h.actor.lost_at_start == {1: "killed by signal 9 before it joined"}
+    assert h.actor.losses.at_start == {1: "killed by signal 9 before it joined"}
     # A new incarnation of rank 1 (restarted by its launcher) may join the running run; it waits for
     # the next epoch. (A delayed join of the dead incarnation is refused by ctx.watch: its name is
     # gone from the registry; see test_a_join_from_an_unregistered_sender_claims_nothing.)
@@ -653,9 +653,9 @@ def test_a_joined_rank_lost_while_waiting_is_lost_at_start_but_silence_alone_is_
     _join(h, 0, 1)
     h.take()
     h.advance(4.0)  # both silent past the 3 s staleness while they wait: slow, still joined
-    assert h.actor.lost_at_start == {}
+    assert h.actor.losses.at_start == {}
     h.down("worker/0", m.DownReason.UNREACHABLE, "no connection for 1.6 s")
-    assert set(h.actor.lost_at_start) == {0}
+    assert set(h.actor.losses.at_start) == {0}
     h.down("worker/1", m.DownReason.DEAD, "status -9")  # one left and one may still join, fewer than 2
     assert [msg.reason for _, msg in _saves(h)] == [m.SaveReason.TOO_FEW_RANKS]
 

@@ -169,7 +169,7 @@ def test_a_hard_death_mid_epoch_hands_its_rest_to_the_survivors() -> None:
 
 def test_a_rank_dead_before_it_joined_is_not_waited_for() -> None:
     sim = _run([Fault("kill_before_join", 0.01, 2)])
-    assert 2 in sim.coordinator.lost_at_start and sim.ended_at < 5.0
+    assert 2 in sim.coordinator.losses.at_start and sim.ended_at < 5.0
 
 
 def test_a_stop_shorter_than_the_staleness_timeout_is_not_a_death() -> None:
@@ -348,7 +348,7 @@ def test_a_thousand_seeds_where_torchrun_restarts_the_whole_group_break_no_invar
             outcome = sim.run()
         except InvariantBroken as exc:
             raise AssertionError(f"{exc}\n  replay: actorwire simulate --seed {seed} --torchrun") from None
-        resumed += bool(sim.coordinator.restarts) and outcome.ended_by == "shutdown"
+        resumed += bool(sim.coordinator.losses.restarts) and outcome.ended_by == "shutdown"
     # Short runs end before the agent's stop in many seeds, and in others it lands before the start
     # (the ranks then simply join again): the rest resume and finish.
     assert resumed > 100
@@ -368,7 +368,7 @@ def test_a_group_restarted_mid_run_resumes_from_its_checkpoint_with_every_sample
                      epochs=3, dataset=600, backend="gloo", torchrun=True)
     outcome = sim.run()  # the model invariants are checked at the end: one model, each sample once
     assert outcome.ended_by == "shutdown" and outcome.epochs == 3
-    (line,) = sim.coordinator.restarts
+    (line,) = sim.coordinator.losses.restarts
     assert "started again; resumed at epoch " in line and "from checkpoint sim-" in line
     assert len(sim.incarnations) == 6 and all(r.state == "exited" for r in sim.ranks)
 

@@ -124,7 +124,7 @@ def _run(case: Case, tmp: pathlib.Path) -> Result:
                     attempt_at_fault = coordinator.groups.attempt if attempt_at_fault is None else attempt_at_fault
                 if rank in struck and rank not in detected:
                     state = coordinator.ranks.get(rank)
-                    if rank in coordinator.lost_at_start or (state is not None and not state.alive):
+                    if rank in coordinator.losses.at_start or (state is not None and not state.alive):
                         detected[rank] = now - struck[rank]
                         if case.restart:
                             (flag.parent / f"{flag.name}.hold").touch()  # until it trains a share

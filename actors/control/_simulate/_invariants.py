@@ -28,10 +28,10 @@ def trains_from(self: Simulation, rank: SimRank) -> None:
     r = c.ranks.get(rank.rank)
     if r is not None:  # how far past its last sync it trains, in its lead bounds (Throttle's measure)
         self.lead = max(self.lead, (rank.protocol.steps_since_sync + 1) / c.sync.lead_bound(r))
-    if len(c.restarts) != self._restarts_seen:
+    if len(c.losses.restarts) != self._restarts_seen:
         # The coordinator resumed a group its launcher started again; with no checkpoint it
         # started the run over, from a new initial model (the old one died with the ranks).
-        self._restarts_seen = len(c.restarts)
+        self._restarts_seen = len(c.losses.restarts)
         if c.checkpoint is None:
             self.trained_origin = None
     if self.trained_origin is None:
@@ -110,7 +110,7 @@ def _check(self: Simulation) -> None:
             self._fail(f"rank {rank} died at {died:.3f} s and is still believed alive")
     for rank in self.exited_cleanly:
         state = c.ranks.get(rank)
-        if rank in c.lost_at_start or (state is not None and not state.alive and not state.exited
+        if rank in c.losses.at_start or (state is not None and not state.alive and not state.exited
                                        and not state.told_to_leave):
             self._fail(f"rank {rank} left cleanly and was counted as lost")
 
@@ -200,7 +200,7 @@ def _check_end(self: Simulation) -> None:
         lost_running = started is not None and any(started < t < self.last_batch_at for t in self._deaths)
         live = [r for r in c.ranks.values() if r.alive]
         # A group the launcher started again whole is no survivor (a world of one restarted).
-        restored = bool(c.restarts) and len(live) == self.world
+        restored = bool(c.losses.restarts) and len(live) == self.world
         if lost_running and len(live) < 2 and not restored:
             self._fail("an NCCL run went on with one survivor after a death (it must save: single_survivor)")
     if isinstance(self.ended, m.Shutdown):
