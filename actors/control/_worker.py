@@ -93,6 +93,8 @@ class Worker:
     ) -> None:
         from actorwire.actors.runtime._launch import attach, launch_env
 
+        if not (isinstance(report_every, (int, float)) and report_every >= 0):
+            raise InvalidArgument(f"report_every must be a number of seconds >= 0, got {report_every!r}")
         self.system = system if system is not None else attach()
         found = launch_env()  # ours, torchrun's or SLURM's
         self.rank = rank if rank is not None else (found.rank if found.rank is not None else 0)

@@ -13,6 +13,7 @@ from actorwire.actors.control._coordinator import Coordinator
 from actorwire.actors.control._worker import Worker, WorkerError
 from actorwire.actors.runtime._actor import Actor, handler
 from actorwire.actors.runtime._context import Context
+from actorwire.transport.internal import InvalidArgument
 
 pytestmark = pytest.mark.timeout(60)
 
@@ -84,6 +85,12 @@ def test_a_held_batch_report_reaches_the_coordinator_before_the_worker_waits(sys
     while coordinator.ranks[0].total_steps < 2 and time.monotonic() < deadline:
         time.sleep(0.01)
     assert coordinator.ranks[0].total_steps == 2
+
+
+@pytest.mark.parametrize("bad", [-0.001, float("nan"), "5ms", None])
+def test_a_report_interval_that_is_not_seconds_is_one_error_before_anything_starts(bad: object) -> None:
+    with pytest.raises(InvalidArgument, match="^report_every must be a number of seconds >= 0, got "):
+        Worker(rank=0, world_size=1, report_every=bad)  # type: ignore[arg-type]
 
 
 @pytest.mark.parametrize("loss", [float("nan"), float("inf")])
