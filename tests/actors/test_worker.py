@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 
 import pytest
+from conftest import wait_until
 
 from actorwire import messages as m
 from actorwire.actors import ActorSystem
@@ -81,10 +81,7 @@ def test_a_held_batch_report_reaches_the_coordinator_before_the_worker_waits(sys
     worker.report_timing(batch_ms=1.0, batch_loss=0.5)  # reported
     worker.report_timing(batch_ms=1.0, batch_loss=0.5)  # held for a minute
     assert worker.next_plan(timeout=0.3) is None  # mid-epoch: waits for a plan, and reports first
-    deadline = time.monotonic() + 10
-    while coordinator.ranks[0].total_steps < 2 and time.monotonic() < deadline:
-        time.sleep(0.01)
-    assert coordinator.ranks[0].total_steps == 2
+    wait_until(lambda: coordinator.ranks[0].total_steps == 2, timeout=10)
 
 
 @pytest.mark.parametrize("bad", [-0.001, float("nan"), "5ms", None])
