@@ -258,8 +258,11 @@ def test_a_lone_nccl_survivor_saves_and_the_invariant_catches_one_that_goes_on()
 
 
 def _in_a_reduce(backend: str) -> float:
-    """A moment of the fault-free run when another rank waits in an all-reduce that rank 1 has not
-    entered yet (after mid-epoch)."""
+    """A moment of the fault-free run (after mid-epoch) when rank 0 waits in an all-reduce that rank 2
+    has not entered yet (rank 1, killed there, may be in it or not).  Rank 0 is the one the coordinator asks first for the new group's
+    id, and rank 2, outside, is free to serve what comes: were rank 2 inside too, no survivor could
+    serve anything and only the collective's timeout would end the wait; were rank 0 outside, the
+    new group it makes would free rank 2 whatever DeclareDead does."""
     from actorwire.actors.control._simulate import SimRank
 
     entered: dict[int, dict[int, float]] = {}  # cycle -> rank -> when
@@ -276,10 +279,9 @@ def _in_a_reduce(backend: str) -> float:
         SimRank.enter_reduce = original  # type: ignore[method-assign]
     mid = _mid_epoch()
     for _, who in sorted(entered.items()):
-        first = min(who.values())
-        if first > mid and who.get(1, 0.0) > first + 0.001:
-            return first + 0.0005
-    raise AssertionError("no cycle where rank 1 came last")
+        if who[0] > mid and who[2] > who[0] + 0.0005:
+            return (who[0] + who[2]) / 2
+    raise AssertionError("no cycle where rank 0 came before rank 2")
 
 
 def _without_declare_dead(tell_all: Any, ctx: Any, msg: m.Message) -> None:
