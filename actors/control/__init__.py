@@ -7,9 +7,10 @@ actor; docs/control-plane.md describes their protocol.
 
 from __future__ import annotations
 
-from actorwire.actors.control._coordinator import Coordinator, CoordinatorConfig, RunOutcome
+from actorwire.actors.control._coordinator import Coordinator, CoordinatorConfig
 from actorwire.actors.control._gpu_worker import GpuWorker
 from actorwire.actors.control._local import LocalRun, run_local
+from actorwire.actors.control._outcome import RunOutcome
 from actorwire.actors.control._relay import Relay
 from actorwire.actors.control._worker import Plan, Worker, WorkerError
 from actorwire.messages._public import publish as _publish

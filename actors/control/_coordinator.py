@@ -14,10 +14,8 @@ Ranks are addressed by the actor name they joined from (``worker/3``).
 from __future__ import annotations
 
 import collections
-import dataclasses
 import functools
 import json
-import pathlib
 from collections.abc import Callable
 from typing import Any
 
@@ -38,12 +36,13 @@ from actorwire.actors.control._ledger import (
     split_slices,
 )
 from actorwire.actors.control._losses import Losses
+from actorwire.actors.control._outcome import Checkpointed, CoordinatorEffects, RunOutcome, outcome_of
 from actorwire.actors.control._phases import ACCEPTED, Event, Phase, next_phase
 from actorwire.actors.control._roles import Roles
 from actorwire.actors.control._roster import Roster
 from actorwire.actors.control._routes import RelayFan, Relays
 from actorwire.actors.control._sync import SyncCadence
-from actorwire.actors.runtime._actor import Actor, EffectsAdapter, effects_name, handler
+from actorwire.actors.runtime._actor import Actor, effects_name, handler
 from actorwire.actors.runtime._context import Context
 from actorwire.actors.runtime._replay import register_replayable
 from actorwire.messages import Message
@@ -1248,27 +1247,8 @@ class Coordinator(Actor):
 
     def outcome(self) -> RunOutcome:
         """How the run ended, for a launcher's last line and exit status (read once the actor stopped)."""
-        c = self.settings
-        trained = len(self.history)
-        complete = self.saved is None and trained == c.num_epochs
-        lost = self.losses.lost()
         finished = sorted(r.rank for r in self.ranks.values() if r.alive and r.exited)
-        losses = self.losses.text()
-        if complete and not lost:
-            line = (f"run ended cleanly: every epoch trained ({trained}/{c.num_epochs}); "
-                    f"{len(finished)} of {c.world_size} ranks finished with the final model")
-        elif complete:
-            line = (f"run ended: every epoch trained ({trained}/{c.num_epochs}), recovered from {len(lost)} lost "
-                    f"rank(s) ({losses}); {len(finished)} of {c.world_size} ranks finished with the final model")
-        else:
-            why = f"{self.saved.value}: {self.saved_detail}" if self.saved is not None else "it was stopped"
-            line = (f"run did not finish: {trained} of {c.num_epochs} epochs trained ({why})"
-                    + (f"; lost: {losses}" if losses else ""))
-        reason = "completed" if complete else (self.saved.value if self.saved is not None else "stopped")
-        return RunOutcome(complete=complete, epochs=trained, lost=lost, finished=finished, line=line,
-                          num_epochs=c.num_epochs, world_size=c.world_size, reason=reason,
-                          detail=self.saved_detail if self.saved is not None else "",
-                          rejoined=sorted(self.losses.rejoined), restarts=list(self.losses.restarts))
+        return outcome_of(self.settings, len(self.history), self.saved, self.saved_detail, self.losses, finished)
 
     def _meta(self, reason: SaveReason, ctx: Context) -> dict[str, Any]:
         return {
@@ -1286,60 +1266,3 @@ class Coordinator(Actor):
 
     def effects(self, name: str) -> Actor | None:
         return CoordinatorEffects(name) if self.settings.save_stem else None
-
-
-@dataclasses.dataclass(frozen=True)
-class Checkpointed:
-    """A checkpoint the run can resume from: ``version`` is the epoch it resumes at (the model after
-    every epoch before it), ``global_step`` the steps that model holds."""
-
-    version: int
-    path: str
-    global_step: int
-
-
-@dataclasses.dataclass(frozen=True)
-class RunOutcome:
-    """How a run ended (``Coordinator.outcome()``): every launch path prints ``line`` and exits
-    ``exit_code``: 0 when every epoch was trained, with or without recovered deaths; 1 otherwise."""
-
-    complete: bool
-    epochs: int
-    lost: dict[int, str]
-    finished: list[int]
-    line: str
-    num_epochs: int = 0
-    world_size: int = 0
-    #: ``completed``, the save reason (``too_few_ranks``, ``all_ranks_lost``, ...), or ``stopped``.
-    reason: str = ""
-    detail: str = ""
-    rejoined: list[int] = dataclasses.field(default_factory=list)
-    restarts: list[str] = dataclasses.field(default_factory=list)
-
-    @property
-    def exit_code(self) -> int:
-        return 0 if self.complete else 1
-
-    def summary(self) -> dict[str, Any]:
-        """The outcome as JSON-able data (``--summary PATH``; docs/control-plane.md, "How a run ends")."""
-        return {"schema": "actorwire.run_summary/1", "complete": self.complete, "exit_code": self.exit_code,
-                "reason": self.reason, "detail": self.detail, "epochs_trained": self.epochs,
-                "num_epochs": self.num_epochs, "world_size": self.world_size,
-                "lost": {str(rank): why for rank, why in sorted(self.lost.items())},
-                "recovered": self.complete and bool(self.lost), "rejoined": self.rejoined,
-                "restarts": self.restarts, "finished": self.finished, "line": self.line}
-
-
-class CoordinatorEffects(EffectsAdapter):
-    """The coordinator's file effects: the save metadata it asks for, written from its owner only."""
-
-    @handler
-    def on_write(self, msg: WriteMeta, ctx: Context) -> None:
-        if not self.obeys(ctx):
-            return
-        try:
-            path = pathlib.Path(msg.path)
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_text(msg.text)
-        except OSError as exc:
-            ctx.log.error("could not write the run's save metadata", path=msg.path, error=str(exc))

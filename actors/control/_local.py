@@ -7,7 +7,8 @@ import subprocess
 from collections.abc import Callable
 from typing import Any
 
-from actorwire.actors.control._coordinator import Coordinator, RunOutcome
+from actorwire.actors.control._coordinator import Coordinator
+from actorwire.actors.control._outcome import RunOutcome
 from actorwire.messages import Message
 from actorwire.messages.kinds import Down
 
