@@ -321,6 +321,12 @@ class GpuWorker(Actor):
     def _run(self, ctx: Context, effects: list[Effect]) -> None:
         p = self.protocol
         for effect in effects:
+            if isinstance(effect, _rank.AbortGroup) and self.collective and self.comm is not None and getattr(
+                    self.comm, "abort_from_any_thread", False):
+                # The adapter's thread waits in the collective: the AbortComm it is told below would
+                # reach it only after the collective's own timeout.  NCCL's abort frees it from here.
+                ctx.log.warning("a peer was declared dead during a collective: aborting it")
+                self.comm.abort()
             request = _request(effect)
             if isinstance(request, JoinGroup):
                 key = (request.session.uid, request.session.attempt)

@@ -39,7 +39,7 @@ from actorwire.actors.control import _rank
 from actorwire.actors.control._rank import Effect, Plan, RankProtocol, WorkerError
 from actorwire.actors.control._rank_ops import carry_out
 from actorwire.actors.control._rank_record import RecordedProtocol, recorded
-from actorwire.messages.kinds import EpochMetrics, IntentKind, SaveReason, ShutdownWithSave
+from actorwire.messages.kinds import DeclareDead, EpochMetrics, IntentKind, SaveReason, ShutdownWithSave
 from actorwire.transport import ActorDead, SystemClosed, UnknownActor
 from actorwire.transport.comm import Communicator, GlooCommunicator
 from actorwire.transport.internal import InvalidArgument, get_logger, settings
@@ -124,6 +124,10 @@ class Worker:
         self.log = get_logger(role="worker", rank=self.rank)
         self.name = _names.worker(self.rank)
         self.inbox = self.system.inbox(self.name)
+        #: The training thread waits inside a collective (set around the all-reduce).
+        self._in_collective = False
+        if getattr(communicator, "abort_from_any_thread", False):
+            self.inbox.on_arrival = self._abort_on_declare_dead
         self.system._retitle(self.name)  # ps shows `actorwire worker/<rank> (...)`
         self._finished = False
         # One default for the whole join (finding the root, then the coordinator, then its answer):
@@ -457,13 +461,30 @@ class Worker:
     def _parameters(self) -> list[Any]:
         return list(self.model.parameters()) if self.model is not None else []
 
+    def _abort_on_declare_dead(self, message: Any) -> None:
+        """In the I/O thread, as a message arrives: a ``DeclareDead`` while the training thread waits
+        in a collective aborts the communicator now, so the collective returns with an error instead
+        of at its own timeout (the training thread would serve the ``DeclareDead`` only after it).
+        Only for a communicator whose ``abort()`` is safe from another thread (NCCL's)."""
+        if isinstance(message, DeclareDead) and self._in_collective and self.comm is not None:
+            self.log.warning("a peer was declared dead during a collective: aborting it", dead=message.rank)
+            try:
+                self.comm.abort()
+            except Exception:  # never into the I/O thread; the collective then ends at its timeout
+                self.log.exception("could not abort the communicator")
+
     def _run(self, effects: list[Effect], received_at: float | None = None) -> None:
         """Carry out ``effects``; ``received_at``: when the message they answer came in."""
         p = self.protocol
         for effect in effects:
             now = time.monotonic
-            more = carry_out(effect, p, self.comm, parameters=self._parameters, evaluate=self.eval_fn,
-                             checkpoint=self.checkpoint_fn, now=now, optimizer=self.optimizer, received_at=received_at)
+            self._in_collective = isinstance(effect, _rank.AllReduce)
+            try:
+                more = carry_out(effect, p, self.comm, parameters=self._parameters, evaluate=self.eval_fn,
+                                 checkpoint=self.checkpoint_fn, now=now, optimizer=self.optimizer,
+                                 received_at=received_at)
+            finally:
+                self._in_collective = False
             if more is not None:
                 self._run(more)
             elif isinstance(effect, _rank.Send):

@@ -286,3 +286,33 @@ def test_of_the_group_sessions_held_behind_a_batch_only_the_newest_is_joined() -
     joins = [s.message for s in out if isinstance(s.message, m.JoinGroup)]
     assert joins == [m.JoinGroup(session=sessions[2], asked_at=came)]
     assert not [s.message for s in out if isinstance(s.message, m.AllReduceParams)]
+
+
+def test_declare_dead_during_a_collective_aborts_an_nccl_communicator_from_the_actor_itself() -> None:
+    """The collective runs in the adapter, whose thread waits in it: the AbortComm it is told comes
+    after it, so an NCCL collective on a dead peer ran to its own timeout.  With a communicator whose
+    abort is safe from another thread, the actor aborts it itself; gloo's is left to the adapter."""
+    from _actors import LinearWorker
+
+    class Comm:
+        def __init__(self, any_thread: bool) -> None:
+            self.abort_from_any_thread = any_thread
+            self.aborts = 0
+
+        def abort(self) -> None:
+            self.aborts += 1
+
+    for any_thread in (True, False):
+        h = ActorHarness(LinearWorker(rank=0, world_size=1, run_id="r", batch_size=100), name="worker/0",
+                         peers=["coordinator"], effects=False)
+        h.start()
+        comm = Comm(any_thread)
+        h.actor.comm = comm
+        h.deliver(m.JoinAccepted(rank=0, world_size=1), sender="coordinator", correlation_id=1, is_reply=True)
+        h.deliver(m.StartEpoch(epoch=0, partition_offset=0, partition_size=250), sender="coordinator")
+        io = "worker/0/io"
+        assert [s.message for s in h.deliver(m.SyncNow(cycle=1, source=0), sender="coordinator")] == [
+            m.AllReduceParams(cycle=1, steps=0, weight=1)]  # the adapter is inside the collective now
+        out = [(s.target, s.message) for s in h.deliver(m.DeclareDead(rank=1), sender="coordinator")]
+        assert out == [(io, m.AbortComm())]
+        assert comm.aborts == (1 if any_thread else 0)

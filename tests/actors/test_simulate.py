@@ -257,15 +257,11 @@ def test_a_lone_nccl_survivor_saves_and_the_invariant_catches_one_that_goes_on()
         careless.run()
 
 
-def _in_a_reduce(backend: str) -> float:
-    """A moment of the fault-free run (after mid-epoch) when rank 0 waits in an all-reduce that rank 2
-    has not entered yet (rank 1, killed there, may be in it or not).  Rank 0 is the one the coordinator asks first for the new group's
-    id, and rank 2, outside, is free to serve what comes: were rank 2 inside too, no survivor could
-    serve anything and only the collective's timeout would end the wait; were rank 0 outside, the
-    new group it makes would free rank 2 whatever DeclareDead does."""
+def _reduce_entries(backend: str) -> dict[int, dict[int, float]]:
+    """When each rank entered each cycle's all-reduce in the fault-free run (cycle -> rank -> when)."""
     from actorwire.actors.control._simulate import SimRank
 
-    entered: dict[int, dict[int, float]] = {}  # cycle -> rank -> when
+    entered: dict[int, dict[int, float]] = {}
     original = SimRank.enter_reduce
 
     def spy(self: SimRank, cycle: int, weight: float) -> None:
@@ -277,8 +273,17 @@ def _in_a_reduce(backend: str) -> float:
         Simulation(7, faults=[], ranks=3, epochs=2, dataset=600, backend=backend).run()
     finally:
         SimRank.enter_reduce = original  # type: ignore[method-assign]
+    return entered
+
+
+def _in_a_reduce(backend: str) -> float:
+    """A moment of the fault-free run (after mid-epoch) when rank 0 waits in an all-reduce that rank 2
+    has not entered yet (rank 1, killed there, may be in it or not).  Rank 0 is the one the coordinator
+    asks first for the new group's id, and rank 2, outside, is free to serve what comes: were rank 2
+    inside too, no survivor could serve anything and only the collective's timeout would end the wait;
+    were rank 0 outside, the new group it makes would free rank 2 whatever DeclareDead does."""
     mid = _mid_epoch()
-    for _, who in sorted(entered.items()):
+    for _, who in sorted(_reduce_entries(backend).items()):
         if who[0] > mid and who[2] > who[0] + 0.0005:
             return (who[0] + who[2]) / 2
     raise AssertionError("no cycle where rank 0 came before rank 2")
@@ -289,20 +294,37 @@ def _without_declare_dead(tell_all: Any, ctx: Any, msg: m.Message) -> None:
         tell_all(ctx, msg)
 
 
+def _nccl_run_ended_at(at: float, *, declared: bool) -> float:
+    """When seed 7's NCCL run with rank 1 killed ``at`` ends (recovered, one failure), with or without
+    the coordinator's DeclareDead."""
+    sim = Simulation(7, faults=[Fault("kill", at, 1)], ranks=3, epochs=2, dataset=600, backend="nccl")
+    if not declared:
+        sim.coordinator._tell_all = functools.partial(_without_declare_dead,  # type: ignore[method-assign]
+                                                      sim.coordinator._tell_all)
+    sim.run()
+    assert isinstance(sim.ended, m.Shutdown) and sim.coordinator.failures == 1
+    return sim.ended_at
+
+
 def test_an_nccl_peer_death_in_a_collective_is_broken_by_declare_dead_not_by_a_timeout() -> None:
     """A dead NCCL peer does not reset the survivors' collective: they wait in it until the
     coordinator's DeclareDead aborts it. Without that abort they sit out the collective's timeout."""
     at = _in_a_reduce("nccl")
-    runs = {}
-    for abort in (True, False):
-        sim = Simulation(7, faults=[Fault("kill", at, 1)], ranks=3, epochs=2, dataset=600, backend="nccl")
-        if not abort:
-            sim.coordinator._tell_all = functools.partial(_without_declare_dead,  # type: ignore[method-assign]
-                                                          sim.coordinator._tell_all)
-        sim.run()
-        assert isinstance(sim.ended, m.Shutdown) and sim.coordinator.failures == 1
-        runs[abort] = sim.ended_at
-    assert runs[False] - runs[True] > 5.0  # the collective's own timeout (8 s here) was the difference
+    # the collective's own timeout (8 s here) is the difference
+    assert _nccl_run_ended_at(at, declared=False) - _nccl_run_ended_at(at, declared=True) > 5.0
+
+
+def test_survivors_all_inside_an_nccl_collective_are_freed_by_declare_dead_not_by_its_timeout() -> None:
+    """Every survivor waits in the collective when a peer dies: no rank is free to serve anything, so
+    only the workers' abort from the thread that receives DeclareDead frees them (NCCL's abort is
+    safe from another thread).  Before, DeclareDead waited behind the collective, and the survivors
+    sat out its own timeout (8 s here) with or without it."""
+    mid = _mid_epoch()
+    moments = [(max(who[0], who[2]) + who[1]) / 2 for _, who in sorted(_reduce_entries("nccl").items())
+               if min(who[0], who[2]) > mid and who[1] > max(who[0], who[2]) + 0.0005]
+    assert moments, "no cycle where ranks 0 and 2 waited in the reduce before rank 1 came"
+    at = moments[0]
+    assert _nccl_run_ended_at(at, declared=False) - _nccl_run_ended_at(at, declared=True) > 5.0
 
 
 def test_when_the_coordinator_dies_every_rank_leaves() -> None:

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
+from typing import Any
 
 import pytest
 from conftest import wait_until
@@ -13,6 +15,7 @@ from actorwire.actors.control._coordinator import Coordinator
 from actorwire.actors.control._worker import Worker, WorkerError
 from actorwire.actors.runtime._actor import Actor, handler
 from actorwire.actors.runtime._context import Context
+from actorwire.transport.comm import CommError
 from actorwire.transport.internal import InvalidArgument
 
 pytestmark = pytest.mark.timeout(60)
@@ -202,3 +205,70 @@ def test_the_worker_waits_for_its_coordinator_as_long_as_actorwire_join_timeout_
     setenv("ACTORWIRE_JOIN_TIMEOUT", "0.3")
     with pytest.raises(Exception, match=r"0\.3 s"):  # no coordinator: the wait ends at the variable's bound
         Worker(system=system, rank=0, world_size=1, model_signature="s")
+
+
+class _CollectiveOnADeadPeer:
+    """A communicator whose first collective waits as NCCL's does on a dead peer: until ``abort()``
+    (from any thread, as NCCL's) or its own timeout.  Later ones return at once (one rank: the sum
+    is its own)."""
+
+    abort_from_any_thread = True
+    formation_timeout_s = 10.0
+
+    def __init__(self, timeout: float = 30.0) -> None:
+        self.timeout = timeout
+        self.waiting = threading.Event()
+        self.aborted = threading.Event()
+        self.freed_by = ""
+        self.abort_threads: list[str] = []
+
+    @property
+    def ready(self) -> bool:
+        return True
+
+    @property
+    def world_size(self) -> int:
+        return 1
+
+    def new_unique_id(self) -> bytes:
+        return b"a group"
+
+    def init(self, uid: bytes, rank: int, world_size: int) -> None:
+        pass
+
+    def all_reduce_sum(self, tensor: Any) -> None:
+        if self.freed_by:
+            return
+        self.waiting.set()
+        self.freed_by = "abort" if self.aborted.wait(self.timeout) else "timeout"
+        raise CommError(f"the collective ended by {self.freed_by}")
+
+    def abort(self) -> None:
+        if self.waiting.is_set():
+            self.abort_threads.append(threading.current_thread().name)
+            self.aborted.set()
+
+
+def test_declare_dead_frees_a_collective_the_training_thread_waits_in(system: ActorSystem) -> None:
+    """NCCL's collective on a dead peer waits until it is aborted or times out, and the training
+    thread, inside it, cannot serve the coordinator's DeclareDead: before, it sat out the collective's
+    timeout.  The I/O thread that receives DeclareDead aborts it now (a communicator whose abort is
+    safe from another thread)."""
+    import torch
+
+    comm = _CollectiveOnADeadPeer()
+    system.spawn(Coordinator(world_size=1, run_id=system.run_id, num_epochs=1, dataset_size=8, eval_every=0,
+                             final_eval=False), "coordinator")
+    worker = Worker(system=system, rank=0, world_size=1, model=torch.nn.Linear(2, 1), communicator=comm,
+                    join_timeout=10)
+
+    def declare() -> None:  # what the coordinator says of a dead peer while this rank is inside
+        if comm.waiting.wait(20):
+            system.tell("worker/0", m.DeclareDead(rank=1))
+
+    teller = threading.Thread(target=declare, daemon=True)
+    teller.start()
+    worker.next_plan(timeout=15)  # the first sync's collective runs in here, on this thread
+    teller.join(5)
+    assert comm.freed_by == "abort"
+    assert comm.abort_threads and comm.abort_threads[0] != threading.current_thread().name

@@ -54,6 +54,9 @@ from actorwire.transport.comm._protocol import CommError, CommTimeout, CommUnhea
 class NcclCommunicator:
     """A :class:`~._comm.Communicator` over NCCL; see the module docstring."""
 
+    #: ``abort()`` frees a collective another thread waits in (see the Communicator protocol).
+    abort_from_any_thread = True
+
     def __init__(self, device: Any = None, *, timeout_s: float = 30.0, init_timeout_s: float = 120.0,
                  backend: NcclBackend | None = None, diagnostics: bool | None = None,
                  watchdog_interval: float = 0.5, on_unhealthy: Callable[[str], None] | None = None,

@@ -38,6 +38,12 @@ class Communicator(Protocol):
     # Optional: ``formation_timeout_s`` (float), how long ``init`` waits for the other members.  A
     # rank that finds a session waited past half of it in its inbox says at once that it could not
     # join rather than arrive as its peers give up (``actors.control._rank.late_for_group``).
+    #
+    # Optional: ``abort_from_any_thread`` (bool, default False), whether ``abort()`` may be called
+    # from another thread while one waits inside a collective, and frees it.  The workers then abort
+    # on the coordinator's ``DeclareDead`` from the thread that receives it: a collective waiting on a
+    # dead peer returns at once, not at its own timeout.  NCCL's does; gloo's collectives fail by
+    # themselves when a peer's connection drops, and its teardown is not safe from another thread.
 
     def new_unique_id(self) -> bytes:
         """Create the rendezvous point of the next group (this rank hosts it)."""

@@ -176,6 +176,13 @@ class SimRank:
             return
         if isinstance(message, m.NewNcclSession):  # stamped as it comes in (a stopped process: as it goes on)
             self.session_came.setdefault((message.uid, message.attempt), self.sim.now)
+        if isinstance(message, m.DeclareDead) and self.syncing is not None and self.sim.backend == "nccl":
+            # The workers abort an NCCL collective their training thread waits in from the thread that
+            # receives DeclareDead (NCCL's abort is safe from another thread): it fails now, not at its
+            # timeout, and the group is done with.  The message itself is served as any other.
+            if self.group is not None:
+                self.group.broken = True
+            self.fail_reduce(self.syncing)
         if self.blocked or self.busy:  # served between two batches, as the real drivers do
             self.backlog.append(message)
             return
