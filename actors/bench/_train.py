@@ -97,6 +97,7 @@ class _Clock:
 
     def __init__(self) -> None:
         self.wall = self.cpu = self.reduce_wall = self.reduce_cpu = 0.0
+        self.reduces = 0  # averagings (syncs) this rank took part in
         self.by_call: dict[str, float] = {}  # own CPU per call, the averaging aside
 
     def call(self, fn: Any, *args: Any) -> tuple[Any, float]:
@@ -115,6 +116,7 @@ class _Clock:
         own work (flatten, collectives, copy back), not the control plane's."""
 
         def averaging(*args: Any, **kwargs: Any) -> Any:
+            self.reduces += 1
             a, c = time.perf_counter(), time.thread_time()
             try:
                 return fn(*args, **kwargs)
@@ -145,6 +147,7 @@ def _actorwire_rank() -> dict[str, Any]:
         # group and its construction's broadcast and stops before destroy_process_group.
         plan = worker.next_plan()
         clock.reduce_wall = clock.reduce_cpu = 0.0  # the first sync's averaging ran before the clock
+        clock.reduces = 0
         t0 = time.perf_counter()
         while plan is not None:
             batches = iter(worker.batches(plan, digits.BATCH, shuffle_seed=digits.SHUFFLE_SEED))
@@ -159,6 +162,7 @@ def _actorwire_rank() -> dict[str, Any]:
         worker.finish()
     return {"rank": worker.rank, "wall": wall, "inside": clock.wall, "reporting": reporting,
             "reduce": clock.reduce_wall, "own": clock.cpu - clock.reduce_cpu, "steps": steps,
+            "syncs": clock.reduces,
             "own_by_call": clock.by_call,
             "accuracy": digits.accuracy(model, x_test, y_test), "params": digits.checksum(model)}
 
@@ -225,6 +229,10 @@ def run(ranks: int = 3, epochs: int | None = None, progress: Any = sys.stderr) -
         Result("train.actorwire.inside", inside, "% of wall", note="<= 2% (syncs and waits included)"),
         Result("train.actorwire.report", reporting, "% of wall", note="report_timing alone (syncs served in it)"),
         Result("train.actorwire.reduce", share("reduce"), "% of wall", note="the averaging (collectives, flatten, copy back)"),
+        Result("train.actorwire.syncs", max(r["syncs"] for r in ours) / epochs, "an epoch",
+               note=f"averagings a rank took part in ({max(r['syncs'] for r in ours)} in {epochs} epochs; a rank "
+                    f"trained {min(r['steps'] for r in ours) / epochs:.0f}-{max(r['steps'] for r in ours) / epochs:.0f} "
+                    "steps an epoch)"),
         Result("train.actorwire.own", share("own"), "% of wall", note="<= 2%: trainer-thread CPU, averaging aside"),
         Result("train.actorwire.own_step", worst["own"] / max(1, worst["steps"]) * 1e6, "us",
                note="the same, per training step: " + ", ".join(
