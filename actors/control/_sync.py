@@ -24,6 +24,12 @@ from actorwire.actors.control._ledger import RankState, adapt_anchor, quotas
 _COUNTED_KEPT = 64
 
 
+def batches_left(r: RankState, batch_size: int) -> int:
+    """The batches of ``r``'s share of the epoch (its plan and the slices handed to it) not trained
+    yet, the last one counted even when short; 0 or less once the share is done."""
+    return -(-(r.plan[1] + r.extended) // batch_size) - r.epoch_steps
+
+
 @dataclasses.dataclass(eq=False)
 class SyncCadence:
     """When to sync, and what each completed sync put in the model."""
@@ -88,7 +94,7 @@ class SyncCadence:
         """A rank that finished its slice (or reported the epoch) cannot move: it must not block the gate."""
         if r.ext_done < r.ext_sent:
             return False
-        return r.reported_epoch >= epoch or r.epoch_steps * batch_size >= r.plan[1] + r.extended
+        return r.reported_epoch >= epoch or batches_left(r, batch_size) <= 0
 
     def blocks(self, r: RankState, epoch: int, batch_size: int) -> bool:
         """Whether ``r`` holds the gate: alive, under its quota, and still able to move.  At its quota
@@ -101,10 +107,8 @@ class SyncCadence:
         if not r.alive or r.exited or r.waiting or r.throttled:
             return False
         quota = self.quota.get(r.rank, self.sync_every)
-        if r.steps_since_sync >= quota:
-            left = -(-(r.plan[1] + r.extended) // batch_size) - r.epoch_steps  # batches, rounded up
-            if not 0 < left < quota:
-                return False
+        if r.steps_since_sync >= quota and not 0 < batches_left(r, batch_size) < quota:
+            return False
         return not self.quiesced(r, epoch, batch_size)
 
     def gate_open(self, ranks: Iterable[RankState], epoch: int, batch_size: int) -> bool:
