@@ -24,12 +24,6 @@ from actorwire.actors.control._ledger import RankState, adapt_anchor, quotas
 _COUNTED_KEPT = 64
 
 
-def batches_left(r: RankState, batch_size: int) -> int:
-    """The batches of ``r``'s share of the epoch (its plan and the slices handed to it) not trained
-    yet, the last one counted even when short; 0 or less once the share is done."""
-    return -(-(r.plan[1] + r.extended) // batch_size) - r.epoch_steps
-
-
 @dataclasses.dataclass(eq=False)
 class SyncCadence:
     """When to sync, and what each completed sync put in the model."""
@@ -94,22 +88,12 @@ class SyncCadence:
         """A rank that finished its slice (or reported the epoch) cannot move: it must not block the gate."""
         if r.ext_done < r.ext_sent:
             return False
-        return r.reported_epoch >= epoch or batches_left(r, batch_size) <= 0
+        return r.reported_epoch >= epoch or r.epoch_steps * batch_size >= r.plan[1] + r.extended
 
     def blocks(self, r: RankState, epoch: int, batch_size: int) -> bool:
-        """Whether ``r`` holds the gate: alive, under its quota, and still able to move.  At its quota
-        with the end of its share less than a quota away, it holds the gate until that end: a sync
-        there is followed at once by the epoch's own for the batches after it, while the ranks done
-        with their share wait for the epoch's end either way (``bench train`` here: 37 syncs in 20
-        epochs, at 10 of 20 epoch ends two back to back; 26-30 with this rule).  Its lead bound
-        (twice its quota) still holds: it ends at most ``2 * quota - 1`` batches past its sync, as
-        its reports say them (a report may fold three batches)."""
-        if not r.alive or r.exited or r.waiting or r.throttled:
-            return False
-        quota = self.quota.get(r.rank, self.sync_every)
-        if r.steps_since_sync >= quota and not 0 < batches_left(r, batch_size) < quota:
-            return False
-        return not self.quiesced(r, epoch, batch_size)
+        """Whether ``r`` holds the gate: alive, under its quota, and still able to move."""
+        return (r.alive and not r.exited and not r.waiting and not r.throttled and r.steps_since_sync < self.quota.get(r.rank, self.sync_every)
+                and not self.quiesced(r, epoch, batch_size))
 
     def gate_open(self, ranks: Iterable[RankState], epoch: int, batch_size: int) -> bool:
         """Every rank reached its quota or cannot move, and at least one trained since the last sync."""

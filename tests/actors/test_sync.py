@@ -48,32 +48,6 @@ def test_a_rank_that_cannot_move_does_not_hold_the_gate() -> None:
     assert not sync.gate_open(ranks.values(), epoch=0, batch_size=1)
 
 
-def test_a_rank_at_its_quota_near_the_end_of_its_share_holds_the_gate_until_that_end() -> None:
-    """A sync a few batches before a rank's share ends is followed at once by the epoch's own: at its
-    quota with less than a quota left, the rank holds the gate until its share is done."""
-    sync = SyncCadence("fixed", 8, 0.1)
-    ranks = _ranks(2, plan=15)  # 15 samples of batch 1 each
-    _train(ranks[1], 15)  # done: cannot move
-    _train(ranks[0], 8)  # at its quota, 7 left (< 8)
-    assert not sync.gate_open(ranks.values(), epoch=0, batch_size=1) and sync.blocker is ranks[0]
-    _train(ranks[0], 6)
-    assert not sync.gate_open(ranks.values(), epoch=0, batch_size=1)
-    _train(ranks[0], 1)  # its share done: one sync for all of it
-    assert sync.gate_open(ranks.values(), epoch=0, batch_size=1)
-
-
-def test_a_rank_at_its_quota_with_a_quota_or_more_left_lets_the_gate_open() -> None:
-    sync = SyncCadence("fixed", 8, 0.1)
-    ranks = _ranks(2, plan=16)
-    _train(ranks[1], 16)
-    _train(ranks[0], 8)  # 8 left (not < 8): the cadence's sync now
-    assert sync.gate_open(ranks.values(), epoch=0, batch_size=1)
-    ranks = _ranks(1, plan=58)  # batches of 4 samples: 15 batches (the last of 2), 8 done, 7 left
-    _train(ranks[0], 8)
-    sync.recheck()
-    assert not sync.gate_open(ranks.values(), epoch=0, batch_size=4)
-
-
 def test_a_cycle_counts_what_each_rank_had_at_its_ack_not_the_batches_after() -> None:
     """The accounting bug of the first real-data run: the cycle's end zeroed every rank's steps since
     the sync, so batches a rank trained while the others acked were counted and never averaged."""
