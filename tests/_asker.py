@@ -22,6 +22,11 @@ def main() -> None:
     join, run_id, tells, threads = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4])
     wrong: list[str] = []
     with ActorSystem(join=join, run_id=run_id) as system:
+        # A user thread's sender name carries its thread ident, which Python gives again to a thread
+        # started after another ended: a thread that finished all its rounds before the last one
+        # started would lend that one its name, and the counter would see its step 0 after step 599
+        # (it did, under load). The threads wait for each other before they end, so three live at once.
+        together = threading.Barrier(threads)
 
         def run() -> None:
             step = 0
@@ -30,6 +35,7 @@ def main() -> None:
                 if tally.rank:  # the counter saw a heartbeat out of order
                     wrong.append(f"round {round_}: {tally.rank} out of order")
                 if round_ == 3:
+                    together.wait(60)
                     return  # the last ask: answered once this thread's tells are handled
                 for _ in range(tells):
                     system.tell("counter", m.Heartbeat(rank=0, step_count=step))
