@@ -89,16 +89,21 @@ def _simulate_scale(args: argparse.Namespace) -> int:
     if args.message_us is not None:
         costs = dataclasses.replace(costs, coordinator_message_us=args.message_us)
     if args.entry_us is not None:
-        costs = dataclasses.replace(costs, coordinator_entry_us=args.entry_us)
+        costs = costs.uniform(args.entry_us)
     if args.measure:
-        print(f"measured here: the coordinator's handler takes {_scale.measure_entry_us():.2f} us per report "
-              f"entry (the model uses {costs.coordinator_entry_us:g})")
+        measured = _scale.measure_costs(args.scale)
+        print(f"measured here ({args.scale:,} ranks; the default in brackets), us; the run below uses them:")
+        for kind, us in measured.items():
+            print(f"  {kind:<13} {us:8.3f}  ({getattr(costs, kind):g})")
+        costs = dataclasses.replace(costs, **{kind: round(us, 3) for kind, us in measured.items()})
     started = time.monotonic()
     sim = _scale.ScaleSimulation(args.scale, racks=not args.flat, hosts_per_rack=args.hosts_per_rack,
                                  epochs=args.epochs, costs=costs, rack_interval=args.rack_interval)
     outcome = sim.run(progress=lambda line: print(line, file=sys.stderr))
-    print(f"costs: coordinator {costs.coordinator_message_us:g} us a message + {costs.coordinator_entry_us:g} us "
-          f"an entry; a relay {costs.relay_message_us:g} + {costs.relay_entry_us:g} us; a hop {costs.hop_us:g} us")
+    print(f"costs: coordinator {costs.coordinator_message_us:g} us a message; an entry: batch {costs.batch_us:g}, "
+          f"beat {costs.beat_us:g}, ack {costs.ack_us:g}, epoch report {costs.metrics_us:g}, rank of a broadcast "
+          f"{costs.broadcast_us:g}, of a plan {costs.each_us:g}, join {costs.join_us:g}, tick a rank {costs.tick_us:g}; "
+          f"a relay {costs.relay_message_us:g} + {costs.relay_entry_us:g} us; a hop {costs.hop_us:g} us")
     width = max(len(name) for name, _, _ in outcome.rows())
     for name, value, note in outcome.rows():
         print(f"{name:<{width}}  {value:>18}  {note}")
@@ -272,9 +277,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--message-us", type=float, metavar="US",
                    help="with --scale: the coordinator's cost per message (default 7)")
     p.add_argument("--entry-us", type=float, metavar="US",
-                   help="with --scale: the coordinator's cost per report entry (default 1)")
+                   help="with --scale: one cost for every kind of the coordinator's entries (default: "
+                        "measured per kind, see --measure)")
     p.add_argument("--measure", action="store_true",
-                   help="with --scale: first time the coordinator's handler per report entry on this machine")
+                   help="with --scale: first time the coordinator's handler per entry of each kind on this machine "
+                        "(a run of N ranks), then simulate with those costs (not reproducible elsewhere)")
     p.set_defaults(func=_cmd_simulate)
 
     p = sub.add_parser("demo", help="run the end-to-end demo")

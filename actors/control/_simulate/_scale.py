@@ -53,23 +53,52 @@ SINK = "main"
 
 @dataclasses.dataclass(frozen=True)
 class Costs:
-    """What a process spends on a message: ``message_us`` for the message, ``entry_us`` per entry.
+    """What a process spends: ``message_us`` a message, and per entry by kind (an entry: one rank's
+    batch, beat, ack or epoch report in a ``RelayReport``; one rank of a ``Fanout``).
 
-    Measured on the 2-core VM (2026-12-05).  ``message_us``: ``actorwire bench scale --workers 5000
-    --no-relay``, every rank straight to the coordinator, kept the coordinator's process at 0.446
-    cores for about 72,000 messages a second in and out (a batch at 10 Hz and a beat a second in, a
-    heartbeat twice a second and the sync cycles out), 6.2 us a message with its handler: 7.
-    ``entry_us``: the coordinator's handlers on the test kit took 0.46 us per batch or beat entry of
-    a ``RelayReport``, 0.23 us per rank of a broadcast ``Fanout``, 0.74 us per rank of an epoch's
-    plans and 1.8 us per ack with the cycle's close (``--measure`` times the first): 1.  A relay is
-    charged the same (it does less per entry: it appends to columns).
+    The coordinator's figures were measured on the 2-core VM (2026-12-06) with
+    ``actorwire simulate --scale 10000 --measure``, which runs the real coordinator through the tree
+    on the test kit and times its handler for each kind of report entry (a report holding several
+    kinds delivered as one report per kind, in the order the coordinator takes them), the timer's
+    tick per rank, and the encoding of what it sends per rank of a ``Fanout``: the median of three
+    runs.  ``message_us``: ``actorwire bench scale --workers 5000 --no-relay``, every rank straight to
+    the coordinator, kept its process at 0.446 cores for about 72,000 messages a second in and out,
+    6.2 us a message with its handler: 7.  A relay is charged ``relay_entry_us`` for any entry (it
+    appends to columns).
     """
 
     coordinator_message_us: float = 7.0
-    coordinator_entry_us: float = 1.0
+    batch_us: float = 1.7
+    beat_us: float = 0.85
+    ack_us: float = 3.6
+    metrics_us: float = 2.5
+    #: a rank of a ``Fanout`` of one message to every rank behind a relay (grouped once per roster)
+    broadcast_us: float = 0.01
+    #: a rank of a ``Fanout`` of one message each (an epoch's plans)
+    each_us: float = 0.06
+    join_us: float = 16.0
+    #: the coordinator's timer per rank, at a tick that checks the ranks' silence
+    tick_us: float = 0.58
     relay_message_us: float = 7.0
     relay_entry_us: float = 1.0
     hop_us: float = 200.0
+
+    def uniform(self, entry_us: float) -> Costs:
+        """The same cost for every kind of the coordinator's entries (``--entry-us``)."""
+        return dataclasses.replace(self, batch_us=entry_us, beat_us=entry_us, ack_us=entry_us,
+                                   metrics_us=entry_us, broadcast_us=entry_us, each_us=entry_us, join_us=entry_us)
+
+    def coordinator_us(self, message: Message) -> float:
+        """What the coordinator spends on ``message``, taken or sent, in microseconds."""
+        us = self.coordinator_message_us
+        if isinstance(message, m.RelayReport):
+            return (us + self.batch_us * len(message.ranks) + self.beat_us * len(message.beats)
+                    + self.ack_us * len(message.acks) + self.metrics_us * len(message.metrics))
+        if isinstance(message, m.Fanout):
+            return us + (self.broadcast_us if len(message.messages) == 1 else self.each_us) * len(message.ranks)
+        if isinstance(message, m.JoinRequest):
+            return us + self.join_us
+        return us
 
 
 class _Queue:
@@ -254,6 +283,7 @@ class ScaleSimulation:
         self.closed: dict[int, float] = {}     # cycle -> when the cycle closed
         self._told_sync: dict[int, int] = {}   # cycle -> ranks told so far
         self._cycle = 0
+        self.silence_checks = 0  # the coordinator's passes over every rank's silence
         self._at_first_plan = (0, 0.0)  # the coordinator's messages and busy time when training began
 
     # -- events -------------------------------------------------------------------------------
@@ -292,9 +322,7 @@ class ScaleSimulation:
         self.at(self.now + self.hop(), arrive)
 
     def to_coordinator(self, message: Message, sender: str, correlation: int = 0) -> None:
-        c = self.costs
-        cost = (c.coordinator_message_us + c.coordinator_entry_us * _entries(message)) / 1e6
-        done = self.cq.serve(self.now, cost)
+        done = self.cq.serve(self.now, self.costs.coordinator_us(message) / 1e6)
 
         def handle() -> None:
             self._advance()
@@ -309,18 +337,23 @@ class ScaleSimulation:
             self.after(0.5, self._tick)
 
     def _advance(self) -> None:
+        """The coordinator's clock to now; a tick that checked its ranks' silence (a pass over every
+        rank) takes ``tick_us`` a rank of its time."""
         if self.harness.ctx.clock < self.now:
-            self._emit(self.harness.advance(self.now - self.harness.ctx.clock))
+            checked = self.coordinator._silence_checked
+            out = self.harness.advance(self.now - self.harness.ctx.clock)
+            if self.coordinator._silence_checked != checked:
+                self.silence_checks += 1
+                self.cq.serve(self.now, self.costs.tick_us * len(self.coordinator.ranks) / 1e6)
+            self._emit(out)
 
     def _emit(self, out: list[Any]) -> None:
         """What the coordinator sent: each message costs its process too (encoded, sent)."""
-        c = self.costs
         for sent in out:
             message = sent.message
             if sent.kind == "reply":
                 continue
-            cost = (c.coordinator_message_us + c.coordinator_entry_us * _entries(message)) / 1e6
-            when = self.cq.serve(self.now, cost)
+            when = self.cq.serve(self.now, self.costs.coordinator_us(message) / 1e6)
             if isinstance(message, m.Fanout) and isinstance(message.messages[0], m.SyncNow):
                 self._cycle = message.messages[0].cycle
                 self.armed.setdefault(self._cycle, when)
@@ -454,31 +487,64 @@ class ScaleSimulation:
             aggregation_ms=aggregation, down_ms=down, up_ms=up, cycles=len(down), lost=lost)
 
 
-def measure_entry_us(ranks: int = 2000, reports: int = 20) -> float:
-    """The coordinator's handler per report entry on this machine, in microseconds: ``RelayReport``
-    of ``ranks`` batches, delivered on the test kit to a running coordinator (its transport aside).
-    What :class:`Costs` takes for ``coordinator_entry_us`` (``actorwire simulate --scale N
-    --measure`` prints it); a wall time, so it is printed, never checked."""
+def measure_costs(ranks: int = 10000) -> dict[str, float]:
+    """The coordinator's cost per entry of each kind on this machine, in microseconds, for
+    :class:`Costs` (``actorwire simulate --scale N --measure`` prints them): a run of ``ranks`` ranks
+    through the tree (2 epochs, 3 s each), the real coordinator on the test kit, with its handler timed
+    per report entry of each kind (a report of several kinds delivered as one report per kind, in the
+    order the coordinator takes them: batches, beats, acks, epoch reports), its timer per rank, and
+    the encoding of each ``Fanout`` it sends per rank (one message to all, or one each).  Joins are
+    timed per join; the timer per rank of the ticks that checked the ranks' silence (all its ticks
+    are timed: the others are counted in).  A wall time, so it is printed, never checked."""
     import time
 
-    coordinator = Coordinator(world_size=ranks, run_id="measure", num_epochs=1, dataset_size=ranks * 1000,
-                              batch_size=1, sync_every=10**6, eval_every=0, final_eval=False,
-                              staleness_timeout=30.0, tick_interval=0.5, metrics_sink=SINK, form_group=False)
-    h = ActorHarness(coordinator, name=COORD, peers=[SINK, "relay/a", *(_names.worker(r) for r in range(ranks))])
-    h.start()
-    for rank in range(ranks):
-        h.deliver(m.JoinRequest(rank=rank, world_size=ranks, run_id="measure", relay="relay/a"),
-                  sender=_names.worker(rank), correlation_id=rank + 1)
-    cycle = coordinator.sync.cycle
-    h.deliver(m.RelayReport(acks=[m.SyncAck(rank=r, step_count=0, covered=0, cycle=cycle) for r in range(ranks)]),
-              sender="relay/a")
-    h.take()
-    times: list[float] = []
-    for step in range(1, reports + 1):
-        report = m.RelayReport(ranks=list(range(ranks)), batch_ms=[100.0] * ranks, data_ms=[0.0] * ranks,
-                               step_counts=[step] * ranks, losses=[1.0] * ranks, beats=list(range(ranks)))
+    from actorwire.messages._codec import Codec
+
+    codec = Codec(max_message_size=1 << 30)
+    spent: dict[str, list[float]] = {kind: [0.0, 0.0] for kind in (
+        "batch_us", "beat_us", "ack_us", "metrics_us", "broadcast_us", "each_us", "join_us", "tick_us")}
+    sim = ScaleSimulation(ranks, epochs=2)
+    deliver, advance = sim.harness.deliver, sim.harness.advance
+
+    def encoded(out: list[Any]) -> list[Any]:
+        for sent in out:
+            if isinstance(sent.message, m.Fanout):
+                t0 = time.perf_counter()
+                codec.encode_message(sent.message)
+                kind = "broadcast_us" if len(sent.message.messages) == 1 else "each_us"
+                spent[kind][0] += time.perf_counter() - t0
+                spent[kind][1] += len(sent.message.ranks)
+        return out
+
+    def timed(kind: str, entries: int, call: Callable[[], list[Any]]) -> list[Any]:
         t0 = time.perf_counter()
-        h.deliver(report, sender="relay/a")
-        times.append((time.perf_counter() - t0) / (2 * ranks))
-        h.take()
-    return statistics.median(times) * 1e6
+        out = call()
+        spent[kind][0] += time.perf_counter() - t0
+        spent[kind][1] += entries
+        return encoded(out)
+
+    def measured_deliver(message: Message, **options: Any) -> list[Any]:
+        if isinstance(message, m.JoinRequest):
+            return timed("join_us", 1, lambda: deliver(message, **options))
+        if not isinstance(message, m.RelayReport):
+            return encoded(deliver(message, **options))
+        r = message
+        parts = [("batch_us", len(r.ranks), m.RelayReport(ranks=r.ranks, batch_ms=r.batch_ms, data_ms=r.data_ms,
+                                                         step_counts=r.step_counts, losses=r.losses)),
+                 ("beat_us", len(r.beats), m.RelayReport(beats=r.beats)),
+                 ("ack_us", len(r.acks), m.RelayReport(acks=r.acks)),
+                 ("metrics_us", len(r.metrics), m.RelayReport(metrics=r.metrics))]
+        out: list[Any] = []
+        for kind, entries, part in parts:
+            if entries:
+                out += timed(kind, entries, functools.partial(deliver, part, **options))
+        return out
+
+    def measured_advance(seconds: float) -> list[Any]:
+        return timed("tick_us", 0, lambda: advance(seconds))
+
+    sim.harness.deliver = measured_deliver  # type: ignore[method-assign]
+    sim.harness.advance = measured_advance  # type: ignore[method-assign]
+    sim.run()
+    spent["tick_us"][1] = sim.silence_checks * ranks
+    return {kind: total / entries * 1e6 for kind, (total, entries) in spent.items() if entries}
