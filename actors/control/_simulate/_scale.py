@@ -101,6 +101,16 @@ class Costs:
             return us + self.join_us
         return us
 
+    def relay_us(self, message: Message) -> float:
+        """What a relay spends on ``message``, in microseconds: ``relay_entry_us`` an entry of any kind."""
+        if isinstance(message, m.RelayReport):
+            entries = len(message.ranks) + len(message.beats) + len(message.acks) + len(message.metrics)
+        elif isinstance(message, m.Fanout):
+            entries = len(message.ranks)
+        else:
+            entries = 1
+        return self.relay_message_us + self.relay_entry_us * entries
+
 
 class _Queue:
     """One process: a message waits until it is free, then takes its cost."""
@@ -121,14 +131,6 @@ class _Queue:
         return self.free_at
 
 
-def _entries(message: Message) -> int:
-    if isinstance(message, m.RelayReport):
-        return len(message.ranks) + len(message.beats) + len(message.acks) + len(message.metrics)
-    if isinstance(message, m.Fanout):
-        return len(message.ranks)
-    return 1
-
-
 class _Relay:
     """A host relay (its ranks) or a rack relay (its host relays), with the real buffer."""
 
@@ -143,8 +145,7 @@ class _Relay:
         sim.after(sim.rng.uniform(0.0, 0.1), self.flush)
 
     def cost(self, message: Message) -> float:
-        c = self.sim.costs
-        return (c.relay_message_us + c.relay_entry_us * _entries(message)) / 1e6
+        return self.sim.costs.relay_us(message) / 1e6
 
     def charge(self, messages: int) -> None:
         """Its ranks' own messages (a batch, a beat, an ack, a report each), taken as they come."""
