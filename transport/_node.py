@@ -101,7 +101,7 @@ from actorwire.transport._errors import (
     WouldBlock,
     WrongType,
 )
-from actorwire.transport._lines import LINE_MARK, MAX_LINES_PER_NODE, HeldLines, Line, Lines
+from actorwire.transport._lines import LINE_MARK, Line, Lines
 from actorwire.transport._liveness import EVENTS as _WATCHED
 from actorwire.transport._liveness import Timing
 from actorwire.transport._log import get_logger
@@ -125,7 +125,9 @@ from actorwire.transport.node import (
     SendRaw,
     Warn,
 )
+from actorwire.transport.node._effects import RefuseLine, Take
 from actorwire.transport.node._inbound import Inbound, Step
+from actorwire.transport.node._line_gate import LineGate
 from actorwire.transport.node._member import NOT_FROM_ROOT, NOT_OUR_ROOT
 from actorwire.transport.node._outbound import Outbound
 from actorwire.transport.node._outbox import Outbox
@@ -164,7 +166,6 @@ _JOIN_NEWS_EVERY = 10.0  # a join that waits says so this often
 _ACK_EVERY = 512  # handled messages that trigger an ack flush at once
 _ACK_DELAY = 0.002  # otherwise acks leave within 2 ms
 _LINE_SLICE_MS = 20  # a thread waiting on its line looks at its ask's outcome this often
-_REPLY_ROUTES = 65_536  # asks that came on lines and await a reply (the oldest route is dropped past it)
 # The inbound rules' steps, as module names: an enum lookup per message showed in profiles.
 _DELIVER, _RESOLVE, _PARK, _ACK_AGAIN, _REFUSE, _EXPEL = (
     Step.DELIVER, Step.RESOLVE, Step.PARK, Step.ACK_AGAIN, Step.REFUSE, Step.EXPEL)
@@ -400,11 +401,8 @@ class Node:
         self._asks = Asks()
         # User threads' own sockets for the asks they wait on (see _lines).
         self._lines = Lines(self.node_id, self._connect_line)
-        # The receiving side: lines admitted here (identity -> its node), and where the reply to an ask
-        # that came on a line goes ((node, correlation id) -> the line's identity).
-        self._line_peers: dict[str, str] = {}
-        self._held_lines = HeldLines()  # lines from a node the root's update has not named yet
-        self._reply_via: dict[tuple[str, int], str] = {}
+        # The receiving side: the lines admitted here, held, and the lines replies go back on.
+        self._line_gate = LineGate(self.node_id, self._view, self._codec, is_root=self.is_root)
         self._io_ident = -1  # the I/O thread's ident, once it runs
 
         # Receiving.
@@ -856,7 +854,7 @@ class Node:
                                    mono_ns=time.monotonic_ns(), wall_ns=time.time_ns(),
                                    trace_id=request.trace_id), message)
             return
-        via = self._reply_via.pop((source, request.correlation_id), source) if self._reply_via else source
+        via = self._line_gate.reply_route(source, request.correlation_id)
         reply = _Reply(via, self._codec.encode_record_fields(
             sender, request.sender, seq, request.correlation_id, True, time.monotonic_ns(), time.time_ns(),
             request.trace_id, message))
@@ -1215,73 +1213,11 @@ class Node:
                 return  # nothing more: asking costs 2 us, a failed read 5 us (pyzmq builds an exception)
 
     def _on_line_safely(self, identity: str, frames: list[bytes]) -> None:
+        """What a peer's user thread sent on its line (see :mod:`.node._line_gate`)."""
         try:
-            self._on_line(identity, frames)
+            self._carry_out(self._line_gate.receive(identity, frames, time.monotonic()))
         except Exception:
             self._log.exception("failed to process a message from a line; dropped it", source=identity)
-
-    def _on_line(self, identity: str, frames: list[bytes]) -> None:
-        """What a peer's user thread sent on its line (see :mod:`._lines`): a hello first, then asks."""
-        node = self._line_peers.get(identity)
-        if node is None:
-            if not self._held_lines.holds(identity):
-                self._admit_line(identity, identity.partition(LINE_MARK)[0], frames)
-            elif not self._held_lines.add(identity, frames):
-                self._refuse_line(identity, identity.partition(LINE_MARK)[0],
-                                  f"more than {self._held_lines.depth} messages on a line, or "
-                                  f"{self._held_lines.max_bytes} bytes on all, held for their nodes' registration")
-            return
-        if len(frames) != 1:
-            self._refuse(node, "a line message that is not one batch frame")
-            return
-        pairs, errors = self._codec.decode_batch(frames[0])
-        for error in errors:
-            self._log.warning("dropped an undecodable message", source=identity, reason=str(error))
-        asks = []
-        for envelope, message in pairs:
-            if envelope.target == NODE or envelope.is_reply:
-                self._refuse(node, "a node message or a reply on a line (lines carry asks)")
-                continue
-            if envelope.correlation_id:
-                if len(self._reply_via) >= _REPLY_ROUTES:
-                    del self._reply_via[next(iter(self._reply_via))]  # that reply goes the node's way
-                self._reply_via[(node, envelope.correlation_id)] = identity
-            asks.append((envelope, message))
-        if asks:
-            self._on_records(node, asks, from_router=True)
-
-    def _admit_line(self, identity: str, claimed: str, frames: list[bytes]) -> None:
-        """A line's first message must be a hello from a member node, as that node's own would be."""
-        if len(frames) != 2:
-            self._refuse(claimed, "a line that did not say hello")
-            return
-        try:
-            _, hello = self._codec.decode(frames)
-        except DecodeError as exc:
-            self._refuse(claimed, f"an undecodable hello on a line: {exc}")
-            return
-        if not isinstance(hello, Hello):
-            self._refuse(claimed, "a line that did not say hello")
-            return
-        try:
-            admitted = self._view.hello(hello, claimed)
-        except HelloRefused as exc:
-            self._refuse_line(identity, claimed, f"a hello: {exc}", told=str(exc))
-            return
-        if not admitted or claimed == self.node_id:
-            self._refuse(claimed, "a line from a node that is not a member")
-            return
-        if claimed not in self._nodes:
-            if self._root_role is not None:  # the root's view is the registry: nothing will name it
-                self._refuse(claimed, "a line from a node that is not a member")
-            elif not self._held_lines.hold(identity, claimed, time.monotonic(), frames):
-                self._refuse_line(identity, claimed, f"a line from a node that is not a member "
-                                                     f"({self._held_lines.limit} lines wait already)")
-            return  # held: the root's update naming the node may still be on its way
-        if sum(1 for n in self._line_peers.values() if n == claimed) >= MAX_LINES_PER_NODE:
-            self._refuse(claimed, f"more than {MAX_LINES_PER_NODE} lines")
-            return
-        self._line_peers[identity] = claimed
 
     def _refuse_line(self, identity: str, claimed: str, what: str, *, told: str | None = None) -> None:
         """Refuse the line ``identity`` (counted as ``what``) and tell it so (``told``, else ``what``):
@@ -1293,9 +1229,12 @@ class Node:
 
     def _release_lines(self) -> None:
         """Read again what held lines sent, for each whose node the view now knows."""
-        for identity, messages in self._held_lines.release(self._nodes):
-            for frames in messages:
-                self._on_line_safely(identity, frames)
+        for effect in self._line_gate.release(time.monotonic()):
+            try:
+                self._carry_out([effect])
+            except Exception:
+                self._log.exception("failed to process a message from a line; dropped it",
+                                    source=getattr(effect, "node", None))
 
     def _serve_zap(self) -> None:
         """Answer the CURVE handshake's ZAP request: is the peer's key on the allow-list?"""
@@ -1525,6 +1464,10 @@ class Node:
                 self._log.warning(effect.event, **effect.fields)
             elif isinstance(effect, Refuse):
                 self._refuse(effect.peer, effect.what)
+            elif isinstance(effect, Take):
+                self._on_records(effect.node, effect.pairs, from_router=True)
+            elif isinstance(effect, RefuseLine):
+                self._refuse_line(effect.identity, effect.node, effect.what, told=effect.told)
             elif isinstance(effect, Joined):
                 self._on_joined(effect)
             elif isinstance(effect, RootGone):
@@ -1543,7 +1486,7 @@ class Node:
         self._notify_changed()
         if self._parking:
             self._unpark()
-        if self._held_lines:
+        if self._line_gate.held:
             self._release_lines()
         # Traffic to the root's actors shares the join connection: a second
         # DEALER with our identity would be refused by the root's ROUTER.
@@ -1570,7 +1513,7 @@ class Node:
         self._notify_changed()
         if self._parking and update.added:
             self._unpark()
-        if self._held_lines and update.nodes:
+        if self._line_gate.held and update.nodes:
             self._release_lines()
         for name, node_id in changes.moved:
             for sender in self._outbound.senders_of(name):
@@ -1586,12 +1529,8 @@ class Node:
             self._streams.forget(node_id)
             self._router_of.pop(node_id, None)
             self._lines.drop(node_id)
-            self._held_lines.drop(node_id)
-            for identity in [i for i, n in self._line_peers.items() if n == node_id]:
-                del self._line_peers[identity]
+            for identity in self._line_gate.forget(node_id):
                 self._router_of.pop(identity, None)
-            for route in [r for r in self._reply_via if r[0] == node_id]:
-                del self._reply_via[route]
             link = self._links.pop(node_id, None)
             if link is not None and node_id != self._root_id:
                 self._poller.unregister(link.socket)
@@ -1765,9 +1704,8 @@ class Node:
             self._carry_out(self._member_role.check(now))
         if self._parking:
             self._unpark(now)
-        if self._held_lines:
-            for identity, node in self._held_lines.expired(now, self._staleness):
-                self._refuse_line(identity, node, "a line from a node that is not a member")
+        if self._line_gate.held:
+            self._carry_out(self._line_gate.expired(now, self._staleness))
         self._retransmit(now)
 
     def _retransmit(self, now: float) -> None:

@@ -52,7 +52,7 @@ def test_asks_on_lines_keep_each_threads_stream_in_order(
         assert proc.returncode == 0, proc.stderr[-3000:]
         assert proc.stdout.strip() == "ok"
         node = system._node
-        assert len(node._line_peers) >= 3  # the threads' asks came on lines
+        assert len(node._line_gate.peers) >= 3  # the threads' asks came on lines
         assert node._streams.gaps == 0  # and none came ahead of a tell before it
 
 

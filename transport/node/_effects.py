@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
-from actorwire.messages import Message
+from actorwire.messages import Envelope, Message
 from actorwire.messages.runtime import RegistryUpdate, Welcome
 
 
@@ -58,14 +58,31 @@ class Warn:
     fields: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
-
-
 @dataclasses.dataclass(frozen=True)
 class Refuse:
     """Drop what ``peer`` sent, counted per reason ``what`` (and logged the first time)."""
 
     peer: str
     what: str
+
+
+@dataclasses.dataclass(frozen=True)
+class RefuseLine:
+    """Refuse line ``identity`` of node ``node``: counted per ``what`` as :class:`Refuse` is, and the
+    line told so (``told``, else ``what``) and forgotten; its asker's asks then go the node's way."""
+
+    identity: str
+    node: str
+    what: str
+    told: str | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Take:
+    """Read ``pairs`` (the asks that came on one of its lines) as records node ``node`` sent."""
+
+    node: str
+    pairs: list[tuple[Envelope, Message]]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -83,4 +100,4 @@ class RootGone:
     why: str | None
 
 
-Effect = Send | SendRaw | Answer | Publish | OpenLink | Warn | Refuse | Joined | RootGone
+Effect = Send | SendRaw | Answer | Publish | OpenLink | Warn | Refuse | RefuseLine | Take | Joined | RootGone
