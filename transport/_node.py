@@ -955,6 +955,7 @@ class Node:
         self._poller = poller
         next_beat = time.monotonic()
         outbox = self._outbox
+        root_role = self._root_role
         try:
             while not self._stop.is_set():
                 now = time.monotonic()
@@ -969,6 +970,9 @@ class Node:
                 first = self._asks.next_deadline()
                 if first is not None:
                     wake_at = min(wake_at, first)
+                verdict = root_role.next_verdict() if root_role is not None and root_role.pending else None
+                if verdict is not None:
+                    wake_at = min(wake_at, verdict)
                 timeout = outbox.go_idle(now, wake_at, self._asks.next_deadline)
                 events = poller.poll(max(0, int(timeout * 1000) + (1 if timeout > 0 else 0)))
                 outbox.awake()
@@ -987,6 +991,8 @@ class Node:
                         self._on_link_event(self._watched[sock])
                     else:
                         self._recv_link(sock)
+                if root_role is not None and root_role.pending and not self._routers_readable():
+                    self._carry_out(root_role.drained(time.monotonic()))
         except Exception:
             log.exception("I/O thread crashed; the node is going down")
             self._closing = True
@@ -1186,11 +1192,16 @@ class Node:
                 self._to_root(NodeExiting(node_id=self.node_id, actors=names))
         elif isinstance(cmd, _ProcessExit):
             if self._root_role is not None:
-                self._carry_out(self._root_role.process_exited(cmd.node_id, cmd.returncode))
+                self._carry_out(self._root_role.process_exited(cmd.node_id, cmd.returncode, time.monotonic()))
         else:
             self._rehome(cmd.sender, cmd.target, cmd.node_id)
 
     # -- inbound --------------------------------------------------------
+
+    def _routers_readable(self) -> bool:
+        """Whether a router holds a message not read yet (a member's last ones before it closed)."""
+        return any(sock is not None and cast(int, sock.get(_EVENTS)) & _POLLIN
+                   for sock in (self._router, self._tcp_router))
 
     def _recv_router(self, sock: zmq.Socket) -> None:
         for _ in range(256):

@@ -21,7 +21,7 @@ from conftest import TESTS
 from test_multiprocess import ENV, attached, no_leaks  # noqa: F401  (the fixture is used by name)
 
 from actorwire import messages as m
-from actorwire.actors import ActorSystem, RuntimeConfig
+from actorwire.actors import Actor, ActorSystem, Context, RuntimeConfig, handler
 from actorwire.transport._endpoints import run_dir
 
 pytestmark = [pytest.mark.slow, pytest.mark.timeout(120)]
@@ -119,3 +119,45 @@ def test_a_member_stopped_past_the_grace_is_told_it_is_out_when_it_resumes(syste
     finally:
         proc.kill()
         proc.wait(10)
+
+
+class _SlowSink(Actor):
+    """Takes 0.2 ms of CPU per heartbeat: the root's I/O thread shares the GIL with it."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    @handler
+    def on_heartbeat(self, msg: m.Heartbeat, ctx: Context) -> None:
+        self.count += 1
+        end = time.perf_counter() + 0.0002
+        while time.perf_counter() < end:
+            pass
+
+
+def test_a_member_that_leaves_cleanly_behind_a_backlog_is_not_declared_dead(system: ActorSystem) -> None:
+    """A member with 6,000 actors exits cleanly: 6,000 ``Unregister`` and a ``NodeExiting`` leave it in
+    a burst and its process ends while the root still reads them.  The root judged the closed
+    connection of a process that no longer exists at once: the node was declared dead ("process ...
+    no longer exists", its last 400-6,000 names down as ``dead``) and the rest of its burst refused
+    ("a batch from a peer that did not say hello", 392-5,960 times).  The verdict now waits until the
+    root's routers are read."""
+    n = 6000
+    sink = _SlowSink()
+    system.spawn(sink, "sink")
+    watcher = system.inbox("watcher")
+    last = f"box/{n - 1}"  # the last name unregistered: the one a verdict read too early takes down
+    with subprocess.Popen([sys.executable, str(TESTS / "_leaver.py"), system.endpoint, system.run_id, str(n)],
+                          env={**os.environ, **ENV}, stdout=subprocess.PIPE, text=True) as proc:
+        try:
+            assert proc.stdout is not None and proc.stdout.readline().strip() == "ready"
+            system.wait_for(last, timeout=30)
+            watcher.watch(last)
+            assert proc.wait(timeout=90) == 0
+            got = watcher.get(timeout=30)
+            assert got is not None and isinstance(got.message, m.Down)
+            assert got.message.reason is m.DownReason.EXITED, got.message
+            assert system._node.refusals() == {}
+            assert sink.count == n
+        finally:
+            proc.kill()
