@@ -16,7 +16,7 @@ from actorwire.actors.runtime._mailbox import Mailbox
 from actorwire.actors.runtime._record import IN_TAG as _IN
 from actorwire.actors.runtime._record import Recorder
 from actorwire.messages import Envelope, Message
-from actorwire.messages.kinds import ActorDetail, ActorStatus, AskFailed, ErrorCode, ErrorReply, TimerFired
+from actorwire.messages.kinds import ActorDetail, ActorStatus, AskFailed, Down, ErrorCode, ErrorReply, TimerFired
 from actorwire.transport import (
     ActorDead,
     AskTimeout,
@@ -336,7 +336,8 @@ class _Cell:
             self.recorder.close()
         node.remove_local(self.name)
         left = leftover + self.mailbox.close()
-        tells = 0
+        tells = downs = 0
+        kinds: dict[str, int] = {}
         for envelope, message, source in left:
             if message is _STOP:
                 continue
@@ -348,12 +349,18 @@ class _Cell:
                 except Exception as exc:  # the system is closing under it: the asker's deadline answers
                     self.log.debug("could not answer an ask left in a stopped actor's mailbox",
                                    kind=type(message).wire_tag(), error=f"{type(exc).__name__}: {exc}")
+            elif isinstance(message, Down) and source is None:
+                downs += 1  # the runtime's word that a watched actor is gone: no sender's work is lost
             elif not envelope.is_reply:
                 tells += 1
+                kind = type(message).wire_tag()
+                kinds[kind] = kinds.get(kind, 0) + 1
             if source is not None:
                 node.handled(source, envelope)
         if tells:
-            self.log.error("actor stopped with unhandled messages", count=tells)
+            self.log.error("actor stopped with unhandled messages", count=tells, kinds=kinds)
+        if downs:
+            self.log.debug("actor stopped before it read watch notifications", count=downs)
         system._cells.pop(self.name, None)
         adapter = system._cells.get(self.adapter) if self.adapter is not None else None
         if adapter is not None:  # after everything the actor told it (one mailbox: FIFO)
