@@ -112,7 +112,7 @@ class RootRole:
     def link_up(self, node: str) -> list[Effect]:
         """The root's connection to ``node`` is up (again): a drop seen before it is judged first."""
         pending = self.pending.get(node)
-        effects = self._judge(node, self.pending.pop(node)) if pending is not None and pending.down_at else []
+        effects = self._judge(node, self.pending.pop(node)) if pending is not None and pending.down_at is not None else []
         self.registry.connected(node)
         return effects
 
@@ -134,17 +134,22 @@ class RootRole:
         """The routers hold no unread message: judge each member whose connection closed at least
         :data:`DRAIN_AFTER` ago (all it sent before is read), and any whose end waited
         :data:`DRAIN_AT_MOST`."""
-        effects: list[Effect] = []
-        for node, pending in list(self.pending.items()):
-            if (pending.down_at is not None and now >= pending.down_at + DRAIN_AFTER
-                    or now >= pending.since + DRAIN_AT_MOST):
-                effects += self._judge(node, self.pending.pop(node))
-        return effects
+        return self._judge_due(now, drained=True)
 
     def next_verdict(self) -> float | None:
         """When :meth:`drained` may judge a pending end next (None: nothing pends)."""
         return min((pending.since + DRAIN_AT_MOST if pending.down_at is None else pending.down_at + DRAIN_AFTER
                     for pending in self.pending.values()), default=None)
+
+    def _judge_due(self, now: float, *, drained: bool) -> list[Effect]:
+        """Judge the pending ends due at ``now``: past :data:`DRAIN_AT_MOST`, and when the routers
+        were just read (``drained``) a closed connection past :data:`DRAIN_AFTER`."""
+        effects: list[Effect] = []
+        for node, pending in list(self.pending.items()):
+            if (now >= pending.since + DRAIN_AT_MOST
+                    or drained and pending.down_at is not None and now >= pending.down_at + DRAIN_AFTER):
+                effects += self._judge(node, self.pending.pop(node))
+        return effects
 
     def _judge(self, node: str, pending: _Pending) -> list[Effect]:
         """The exit status first (a launched process's death says more than a closed connection);
@@ -159,10 +164,7 @@ class RootRole:
     def check(self, now: float) -> list[Effect]:
         """The periodic verdicts: members whose connection stayed down past the grace are removed;
         an end that waited :data:`DRAIN_AT_MOST` for the routers to be read is judged."""
-        effects: list[Effect] = []
-        for node, pending in list(self.pending.items()):
-            if now >= pending.since + DRAIN_AT_MOST:
-                effects += self._judge(node, self.pending.pop(node))
+        effects = self._judge_due(now, drained=False)
         for update in self.registry.check(now):
             effects += [Warn("node unreachable", {"detail": update.detail, "actors": update.removed}),
                         Publish(update)]
