@@ -582,6 +582,7 @@ def test_an_actor_that_stops_before_reading_a_down_does_not_log_it_as_lost_work(
         release.set()
         got = watcher.get(timeout=10)
         assert got is not None and isinstance(got.message, m.Down)
+        wait_until(lambda: "stopper" not in system._cells, timeout=10)  # its leftovers are logged by then
     errors = [e for e in logs if e["event"] == "actor stopped with unhandled messages"]
     if tell_too:
         assert [(e["count"], e["kinds"]) for e in errors] == [(1, {"heartbeat": 1})]
