@@ -56,7 +56,7 @@ class Costs:
     """What a process spends: ``message_us`` a message, and per entry by kind (an entry: one rank's
     batch, beat, ack or epoch report in a ``RelayReport``; one rank of a ``Fanout``).
 
-    The coordinator's figures were measured on the 2-core VM (2026-12-06, at 4e0ebf2) with
+    The coordinator's figures were measured on the 2-core VM (2026-12-06, at 8234072) with
     ``actorwire simulate --scale 10000 --measure``, which runs the real coordinator through the tree
     on the test kit and times its handler for each kind of report entry (a report holding several
     kinds delivered as one report per kind, in the order the coordinator takes them), the timer's
@@ -69,17 +69,17 @@ class Costs:
 
     coordinator_message_us: float = 7.0
     batch_us: float = 1.76
-    beat_us: float = 0.87
-    ack_us: float = 4.7
-    metrics_us: float = 2.4
+    beat_us: float = 0.82
+    ack_us: float = 3.59
+    metrics_us: float = 2.15
     #: a rank of a ``Fanout`` of one message to every rank behind a relay (grouped once per roster)
     broadcast_us: float = 0.01
     #: a rank of a ``Fanout`` of one message each (an epoch's plans)
-    each_us: float = 0.067
-    join_us: float = 16.7
+    each_us: float = 0.054
+    join_us: float = 17.1
     #: the coordinator's timer per rank, at a tick that checks the ranks' silence (the ticks between
     #: are counted in: measured, all ticks' time over the checks)
-    tick_us: float = 1.48
+    tick_us: float = 1.39
     relay_message_us: float = 7.0
     relay_entry_us: float = 1.0
     hop_us: float = 200.0
