@@ -13,7 +13,8 @@ One I/O thread owns every ZeroMQ socket of the process::
 
 * Sending threads never touch a socket: they encode, take send credit, append
   to the peer's outbox and wake the I/O thread through an eventfd only when it
-  sleeps.
+  sleeps (``Outgoing``, transport/node/_send.py: the left column above; the
+  rest of this module is the I/O thread).
 * Several messages for one peer leave as one ZeroMQ message of 2N frames.
 * Actors of the same process never touch a socket either: ``send`` hands the
   message straight to the target's mailbox (the "inproc" route).
@@ -48,14 +49,12 @@ from __future__ import annotations
 
 import collections
 import dataclasses
-import itertools
-import math
 import os
 import socket
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, cast
+from typing import TypeAlias, cast
 
 import msgspec
 import zmq
@@ -77,7 +76,7 @@ from actorwire.messages.runtime import (
 )
 from actorwire.transport._asks import ROOT, Asks, Match, PendingAsk
 from actorwire.transport._config import RuntimeConfig
-from actorwire.transport._delivery import InStreams, OutStream
+from actorwire.transport._delivery import InStreams
 from actorwire.transport._endpoints import (
     check_tcp_port,
     is_tcp,
@@ -90,18 +89,14 @@ from actorwire.transport._endpoints import (
 from actorwire.transport._errors import (
     ActorDead,
     AskTimeout,
-    BackpressureTimeout,
     ConfigError,
     InvalidArgument,
     JoinRefused,
     RemoteError,
     SystemClosed,
-    UnknownActor,
     WaitTimeout,
-    WouldBlock,
-    WrongType,
 )
-from actorwire.transport._lines import LINE_MARK, Line, Lines
+from actorwire.transport._lines import LINE_MARK, Lines
 from actorwire.transport._liveness import EVENTS as _WATCHED
 from actorwire.transport._liveness import Timing
 from actorwire.transport._log import get_logger
@@ -132,6 +127,7 @@ from actorwire.transport.node._member import NOT_FROM_ROOT, NOT_OUR_ROOT
 from actorwire.transport.node._outbound import Outbound
 from actorwire.transport.node._outbox import Outbox
 from actorwire.transport.node._rundir import RunDir
+from actorwire.transport.node._send import Deliver, Outgoing, Rehome, Reply, RootRequest
 from actorwire.transport.node._sockets import (
     Link,
     SocketFactory,
@@ -142,16 +138,8 @@ from actorwire.transport.node._sockets import (
     wake_pipe,
 )
 
-#: deliver(envelope, message, source, timeout) -> accepted.  ``source`` is the
-#: sending node's id, or None for a sender in this process; ``timeout`` is how
-#: long a local sender may wait for room (None: the I/O thread delivering a
-#: remote message, which must never wait: remote senders are bounded by credit).
-Deliver = Callable[[Envelope, Message, "str | None", "float | None"], bool]
 #: deliver_many([(envelope, message, source), ...]): the I/O thread's bulk path.
 DeliverMany = Callable[[list], None]
-#: on_reply(envelope, message) or on_failure(exception)
-ReplyCallback = Callable[[Envelope, Message], None]
-FailureCallback = Callable[[int, Exception], None]
 #: on_down(name, reason, detail)
 DownCallback = Callable[[str, DownReason, str], None]
 
@@ -171,35 +159,14 @@ _DELIVER, _RESOLVE, _PARK, _ACK_AGAIN, _REFUSE, _EXPEL = (
     Step.DELIVER, Step.RESOLVE, Step.PARK, Step.ACK_AGAIN, Step.REFUSE, Step.EXPEL)
 
 
-def _check_timeout(timeout: float, what: str, *, zero: bool = False) -> float:
-    """``timeout`` if it is a finite number of seconds above 0 (or 0 itself, with ``zero``)."""
-    if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
-        raise WrongType(f"{what} must be a number of seconds, got {type(timeout).__name__}")
-    if not (timeout >= 0 if zero else timeout > 0) or timeout == math.inf:
-        least = "0 or more" if zero else "more than 0"
-        raise InvalidArgument(f"{what} must be a finite number of seconds, {least}; got {timeout!r}")
-    return timeout
 
 
 # -- the I/O thread's queues ---------------------------------------------------
 #
 # Records, replies and commands reach the I/O thread through the node's Outbox
 # (transport/node/_outbox.py); replies and commands keep their order there, one
-# class per command.
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class _Reply:
-    """An encoded reply for ``node_id``, sent back on the connection its request came in on."""
-
-    node_id: str
-    record: bytes
-
-
-@dataclasses.dataclass(frozen=True, slots=True)
-class _RootRequest:
-    correlation_id: int
-    message: Message
+# class per command (the sending side's own, Reply, RootRequest and Rehome, are in
+# transport/node/_send.py).
 
 
 @dataclasses.dataclass(frozen=True, slots=True)
@@ -218,66 +185,7 @@ class _ProcessExit:
     returncode: int
 
 
-@dataclasses.dataclass(frozen=True, slots=True)
-class _Rehome:
-    sender: str
-    target: str
-    node_id: str
-
-
-_Command = _RootRequest | _Unregister | _Exiting | _ProcessExit | _Rehome
-
-
-class BlockingReply:
-    """The callbacks of one ask, for a thread that waits for the outcome."""
-
-    __slots__ = ("_done", "_box")
-
-    def __init__(self) -> None:
-        self._done = threading.Event()
-        self._box: list[Any] = []
-
-    def on_reply(self, envelope: Envelope, message: Message) -> None:
-        self._box.append(message)
-        self._done.set()
-
-    def on_failure(self, correlation_id: int, error: Exception) -> None:
-        self._box.append(error)
-        self._done.set()
-
-    def wait(self) -> Message:
-        """The reply, or the failure raised; the node runs one callback by the deadline at the latest."""
-        self._done.wait()
-        result = self._box[0]
-        if isinstance(result, Exception):
-            raise result
-        return result  # type: ignore[no-any-return]
-
-
-class _LineWaiter:
-    """The outcome of one ask waited on a line: the thread looks at ``done`` between reads of its
-    line, so no Event is needed (making one cost 3 us an ask)."""
-
-    __slots__ = ("done", "_box")
-
-    def __init__(self) -> None:
-        self.done = False
-        self._box: list[Any] = []
-
-    def on_reply(self, envelope: Envelope, message: Message) -> None:
-        self._box.append(message)
-        self.done = True
-
-    def on_failure(self, correlation_id: int, error: Exception) -> None:
-        self._box.append(error)
-        self.done = True
-
-    def outcome(self) -> Message:
-        """The reply, or the failure raised; call only once ``done``."""
-        result = self._box[0]
-        if isinstance(result, Exception):
-            raise result
-        return result  # type: ignore[no-any-return]
+_Command: TypeAlias = RootRequest | _Unregister | _Exiting | _ProcessExit | Rehome
 
 
 class Node:
@@ -285,7 +193,21 @@ class Node:
 
     ``root_endpoint=None`` makes this node the root (it holds the registry
     and binds ``bind``); otherwise it joins the root at ``root_endpoint``.
+
+    The sending side (any thread) is :class:`Outgoing`'s: these are its methods, bound to this
+    node's tables in ``__init__``.
     """
+
+    send: Callable[..., int]
+    send_record: Callable[..., tuple[int, bytes | Envelope]]
+    ask: Callable[..., int]
+    ask_and_wait: Callable[[str, str, Message, float | None], Message]
+    reply: Callable[[str, Envelope, str | None, Message], None]
+    handled: Callable[[str | None, Envelope], None]
+    handled_many: Callable[[dict[tuple[str, str, str], int], int], None]
+    next_seq: Callable[[str], int]
+    last_seq: Callable[[str], int]
+    lookup: Callable[[str], str]
 
     def __init__(
         self,
@@ -310,7 +232,6 @@ class Node:
         self._started_ns = time.time_ns()
         self._on_down = on_down or (lambda name, reason, detail: None)
         self._codec = Codec(max_message_size=self.config.max_message_size)
-        self._encode_unchecked = self._codec.encode_unchecked
         self._log = get_logger(node=self.node_id, run_id=run_id)
 
         self._security = security if security is not None else Security()
@@ -394,16 +315,12 @@ class Node:
 
         # Sending.
         self._outbound = Outbound(self.config.window)
-        self._out_streams = self._outbound.streams  # read by sending threads on every send
-        self._seq: dict[str, int] = {}  # the number of each sender's last message, for recorders
-        self._local_seq: collections.defaultdict[str, int] = collections.defaultdict(int)
-        self._corr = itertools.count(1)
+        self._out_streams = self._outbound.streams
         self._asks = Asks()
         # User threads' own sockets for the asks they wait on (see _lines).
         self._lines = Lines(self.node_id, self._connect_line)
         # The receiving side: the lines admitted here, held, and the lines replies go back on.
         self._line_gate = LineGate(self.node_id, self._view, self._codec, is_root=self.is_root)
-        self._io_ident = -1  # the I/O thread's ident, once it runs
 
         # Receiving.
         # Inbound streams are keyed by the sending node (one incarnation of a process), the sender
@@ -421,12 +338,21 @@ class Node:
         self._wake_r, self._wake_w = wake_pipe()
         #: What threads hand the I/O thread (records, replies, commands, acks owed) and its sleep.
         self._outbox = Outbox(self._wake, ack_every=_ACK_EVERY, ack_delay=_ACK_DELAY)
-        self._closing = False
         self._closed = False
         #: Notified by the I/O thread when what a caller may wait for changed: the routes (a name
         #: registered, moved or gone), a stream re-homed, and, while closing, an ack.  The waits
-        #: below are on it with deadlines, never polls.
+        #: (``Outgoing.wait_until``) are on it with deadlines, never polls.
         self._changed = threading.Condition()
+        #: The any-thread send, ask and reply paths; its methods are the node's own (bound below:
+        #: a delegating method would cost every send a Python call).
+        self._out = Outgoing(self.node_id, self.config, self._codec, self._view, self._local, self._outbound,
+                             self._outbox, self._asks, self._lines, self._line_gate, changed=self._changed,
+                             log=self._log, resolve=self._resolve, send_reply=self._send_reply,
+                             answerer=self._answerer, refuse=self._refuse)
+        out = self._out
+        self.send, self.send_record, self.ask, self.ask_and_wait = out.send, out.send_record, out.ask, out.ask_and_wait
+        self.reply, self.handled, self.handled_many = out.reply, out.handled, out.handled_many
+        self.next_seq, self.last_seq, self.lookup = out.next_seq, out.last_seq, out.lookup
         self._stop = threading.Event()
         #: Set when the root is gone (exited or unreachable): a member node is headless.
         self.root_gone = threading.Event()
@@ -504,12 +430,12 @@ class Node:
         """
         if self._closed:
             return
-        self._closing = True
+        self._out.closing = True
         if self._thread.is_alive():
             if announce:
                 if self._root_id is not None:
                     self._command(_Exiting())
-                self._wait_until(lambda: not self._outbound.unacked(), self.config.scaled(timeout))
+                self._out.wait_until(lambda: not self._outbound.unacked(), self.config.scaled(timeout))
                 left = self._outbound.unacked()
                 if left:
                     self._log.error("closing with unhandled messages", count=left)
@@ -544,7 +470,7 @@ class Node:
         processes at once; the I/O thread then hands over a whole batch with
         one call instead of one call per message.
         """
-        if self._closing:
+        if self._out.closing:
             raise SystemClosed("the actor system is closing")
         if name in self._local:
             raise InvalidArgument(f"an actor named {name!r} already runs in this process")
@@ -564,7 +490,7 @@ class Node:
         deadline = time.monotonic() + self.config.scaled(timeout)
         while True:
             try:
-                self._request_root(Register(names=[name], takeover=self._takeover),
+                self._out.request_root(Register(names=[name], takeover=self._takeover),
                                    max(0.05, deadline - time.monotonic()))
                 return
             except JoinRefused as exc:
@@ -580,21 +506,7 @@ class Node:
         if self._local.pop(name, None) is not None and not self._closed:
             self._command(_Unregister(name))
 
-    def lookup(self, name: str) -> str:
-        """The node hosting ``name``; raises ``UnknownActor`` or ``ActorDead``."""
-        node_id = self._routes.get(name)
-        if node_id is not None:
-            return node_id
-        if name in self._local:
-            return self.node_id
-        gone = self._gone.get(name)
-        if gone is not None:
-            raise ActorDead(name, gone[0], gone[1])
-        raise UnknownActor(name, self._routes)
 
-    def last_seq(self, sender: str) -> int:
-        """The sequence number of the last message ``sender`` sent (0 before its first)."""
-        return self._seq.get(sender, 0)
 
     def names(self, runtime: bool = False) -> list[str]:
         """Every registered actor name; the runtime's own (starting with ``.``) only when ``runtime``."""
@@ -610,20 +522,9 @@ class Node:
 
     def wait_for(self, name: str, timeout: float = 10.0) -> None:
         """Block until ``name`` is registered (``TimeoutError`` naming it otherwise)."""
-        if not self._wait_until(lambda: name in self._routes or name in self._local, self.config.scaled(timeout)):
+        if not self._out.wait_until(lambda: name in self._routes or name in self._local, self.config.scaled(timeout)):
             raise WaitTimeout(f"actor {name!r} did not appear within {timeout:g} s")
 
-    def _wait_until(self, done: Callable[[], bool], timeout: float) -> bool:
-        """Wait (any thread but the I/O thread) until ``done()``, re-checked each time the I/O thread
-        says something changed; False at ``timeout``."""
-        deadline = time.monotonic() + timeout
-        with self._changed:
-            while not done():
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    return False
-                self._changed.wait(left)
-        return True
 
     def _notify_changed(self) -> None:
         with self._changed:
@@ -634,280 +535,8 @@ class Node:
         self._command(_ProcessExit(node_id, returncode))
 
     # ------------------------------------------------------------------
-    # Sending (any thread; one thread per sender name)
+    # Sending (any thread): the paths are Outgoing's (transport/node/_send.py), bound in __init__
     # ------------------------------------------------------------------
-
-    def next_seq(self, sender: str) -> int:
-        """A number for a message that is not part of a remote stream (a local tell, a reply)."""
-        seq = self._local_seq[sender] + 1
-        self._local_seq[sender] = seq
-        return seq
-
-    def send(self, sender: str, target: str, message: Message, **options: Any) -> int:
-        """Send ``message``; returns its sequence number (options: see :meth:`send_record`).
-
-        See the module doc for the guarantees.
-        """
-        return self.send_record(sender, target, message, **options)[0]
-
-    def send_record(
-        self,
-        sender: str,
-        target: str,
-        message: Message,
-        correlation_id: int = 0,
-        timeout: float | None = None,
-        block: bool = True,
-        trace_id: str | None = None,
-        wall_ns: int = 0,
-    ) -> tuple[int, bytes | Envelope]:
-        """:meth:`send`, also returning what was sent: the encoded ``[envelope, body]``
-        record for a remote target, the :class:`Envelope` for a local one (recorders
-        log it without encoding the message a second time).  The arguments may be given
-        by position: a context's tell does, keywords cost it 0.1 us in a profile.
-        ``wall_ns`` stamps the envelope with a wall-clock time the caller read (a recorder
-        that logs the send at that time), instead of reading the clock here."""
-        if self._closing:
-            raise SystemClosed("the actor system is closing")
-        if not isinstance(message, Message):  # before the split: a local target is handed the object itself
-            raise WrongType(f"expected an actorwire message, got {type(message).__name__}")
-        if timeout is not None:
-            _check_timeout(timeout, "a send's timeout", zero=True)
-        node_id = self._routes.get(target) or self.lookup(target)
-        if node_id == self.node_id:
-            wait = self.config.scaled(self.config.send_timeout if timeout is None else timeout)
-            deliver = self._local.get(target)
-            if deliver is None:
-                raise ActorDead(target, DownReason.EXITED, "it stopped")
-            if block and threading.get_ident() == self._io_ident:
-                block = False  # a handler on the I/O thread (Actor.never_blocks) must never wait
-            seq = self._seq[sender] = self._local_seq[sender] = self._local_seq[sender] + 1
-            envelope = Envelope(
-                sender=sender, target=target, seq=seq, correlation_id=correlation_id,
-                mono_ns=time.monotonic_ns(), wall_ns=wall_ns or time.time_ns(), trace_id=trace_id,
-            )
-            if not deliver(envelope, message, None, wait if block else 0.0):
-                if not block:
-                    raise WouldBlock(f"the mailbox of {target!r} is full")
-                raise BackpressureTimeout(target, type(message).wire_tag(), wait, -1)
-            return seq, envelope
-        pair = self._out_streams.get((sender, target))
-        if pair is None or pair.node_id != node_id:
-            pair = self._pair(sender, target, node_id)
-        if pair.sent - pair.handled >= pair.window:
-            if block and threading.get_ident() == self._io_ident:
-                block = False  # the I/O thread returns the credit it would wait for: never wait there
-            if not block:
-                raise WouldBlock(f"{target!r} has {pair.window} unhandled messages from {sender!r}")
-            wait = self.config.scaled(self.config.send_timeout if timeout is None else timeout)
-            self._wait_credit(pair, target, type(message).wire_tag(), wait)
-        # Numbering and queueing in one step: a rehome renumbers under the same lock.  Explicit
-        # acquire/release (profile of bench bus: `with pair.lock` was 6% of the sending process,
-        # 0.19 us a send on this VM against 0.10 us for acquire/try/release).
-        lock, outbox = pair.lock, self._outbox
-        lock.acquire()
-        try:
-            seq = pair.seq + 1
-            # Codec.encode_record_fields, inline (its bytes; a test pins them): the call was 0.15 us
-            # of a send in a profile of bench bus.
-            record = self._encode_unchecked(((PROTOCOL_VERSION, sender, target, seq, correlation_id, False,
-                                              _monotonic_ns(), wall_ns or _time_ns(), trace_id), message))
-            pair.append(seq, record)
-            outbox.add(pair.node_id, record)
-        finally:
-            lock.release()
-        self._seq[sender] = seq
-        outbox.nudge()
-        if pair.closed:
-            # The target went down between the lookup and the append; the
-            # failure report already ran, so this message must fail loudly.
-            self.lookup(target)
-            raise ActorDead(target, DownReason.DEAD, "it went down while the message was sent")
-        return seq, record
-
-    def ask(
-        self,
-        sender: str,
-        target: str,
-        message: Message,
-        *,
-        timeout: float | None,
-        on_reply: ReplyCallback,
-        on_failure: FailureCallback,
-        trace_id: str | None = None,
-    ) -> int:
-        """Send a request; exactly one of the callbacks runs later (on some runtime thread)."""
-        if not isinstance(message, Message):
-            raise WrongType(f"expected an actorwire message, got {type(message).__name__}")
-        kind = type(message).wire_tag()
-        timeout = self.config.ask_timeout if timeout is None else _check_timeout(timeout, "an ask's timeout")
-        corr = next(self._corr)
-        pending = PendingAsk(corr, target, kind, timeout,
-                             time.monotonic() + self.config.scaled(timeout), on_reply, on_failure)
-        self._open_ask(pending)
-        try:
-            self.send(sender, target, message, correlation_id=corr, trace_id=trace_id)
-        except BaseException:
-            self._asks.cancel(corr)
-            raise
-        return corr
-
-    def ask_and_wait(self, sender: str, target: str, message: Message, timeout: float | None) -> Message:
-        """An ask from a user thread that blocks for the outcome: the reply, or the failure raised.
-
-        When the target is in another process the request goes out on the calling thread's own line
-        to that node and the thread waits on the line (see :mod:`._lines`): no hand-off to the I/O
-        thread and back.  The request stays in its stream: it takes the line only when everything
-        the thread sent that target before has been handled (acknowledged, or answered), so it can
-        overtake nothing still on the way over the node's link.
-        """
-        if self._closing:
-            raise SystemClosed("the actor system is closing")
-        if not isinstance(message, Message):
-            raise WrongType(f"expected an actorwire message, got {type(message).__name__}")
-        if timeout is not None:
-            _check_timeout(timeout, "an ask's timeout")
-        node_id = self._routes.get(target) or self.lookup(target)
-        line: Line | None = None
-        pair: OutStream | None = None
-        if node_id != self.node_id and threading.get_ident() != self._io_ident:
-            pair = self._out_streams.get((sender, target))
-            if pair is None or pair.node_id != node_id:
-                pair = self._pair(sender, target, node_id)
-            answered_node, answered = pair.answered
-            done = max(pair.first - 1, answered if answered_node == pair.node_id else 0)
-            if pair.seq <= done and pair.sent - pair.handled < pair.window:
-                line = self._lines.get(node_id)
-        if line is None or pair is None:
-            blocking = BlockingReply()
-            self.ask(sender, target, message, timeout=timeout, on_reply=blocking.on_reply,
-                     on_failure=blocking.on_failure)
-            return blocking.wait()
-        waiter = _LineWaiter()
-        timeout = self.config.ask_timeout if timeout is None else timeout
-        corr = next(self._corr)
-        pending = PendingAsk(corr, target, type(message).wire_tag(), timeout,
-                             time.monotonic() + self.config.scaled(timeout), waiter.on_reply, waiter.on_failure)
-        self._open_ask(pending)
-        with line.lock:
-            if line.closed:
-                self._asks.cancel(corr)
-                raise SystemClosed("the actor system is closing")
-            lock = pair.lock
-            lock.acquire()
-            try:
-                seq = pair.seq + 1
-                record = self._codec.encode_record_fields(
-                    sender, target, seq, corr, False, time.monotonic_ns(), time.time_ns(), None, message)
-                pair.append(seq, record)  # re-sent by the I/O thread if the line loses it
-            finally:
-                lock.release()
-            self._seq[sender] = seq
-            try:
-                line.socket.send(self._codec.join_records([record]), _NOBLOCK)
-            except zmq.Again:  # the peer refused the line: the I/O thread re-sends the ask, and its reply
-                line.refused = True  # settles it through the node (later asks go that way at once)
-            reply = self._await_line(line, pending, waiter)
-        pair.answered = (node_id, seq)
-        return reply
-
-    def _await_line(self, line: Line, pending: PendingAsk, waiter: _LineWaiter) -> Message:
-        """Wait on ``line`` for the reply to ``pending``; the I/O thread settles every other outcome
-        (a deadline, the target's death, the system closing, a reply that came the node's way)."""
-        sock, corr = line.socket, pending.correlation_id
-        while True:
-            if waiter.done:
-                return waiter.outcome()
-            try:
-                frames = recv_frames(sock, 0)  # blocks for at most the line's receive timeout
-            except zmq.Again:
-                continue
-            pairs, errors = self._codec.decode_batch(frames[0]) if len(frames) == 1 else ([], [])
-            if errors or len(frames) != 1:
-                self._log.warning("dropped an undecodable message on a line", peer=line.node_id,
-                                  size=sum(len(f) for f in frames))
-            for envelope, message in pairs:
-                if isinstance(message, Refused):
-                    line.refused = True  # the peer will not take this line: later asks go the node's way
-                    self._log.warning("a peer refused a line; its asks go through the node",
-                                      peer=line.node_id, reason=message.reason)
-                    continue
-                if not envelope.is_reply or envelope.correlation_id != corr:
-                    continue  # the late reply to an ask that already failed
-                if self._answerer(pending) != line.node_id:
-                    self._refuse(line.node_id, f"a reply to an ask it was not sent (correlation id {corr})")
-                    continue
-                if not self._asks.settle(pending):
-                    return waiter.outcome()  # settled meanwhile (the deadline): that outcome stands
-                if isinstance(message, ErrorReply):
-                    raise RemoteError(pending.target, message.code, message.message)
-                return message
-
-    def reply(self, sender: str, request: Envelope, source: str | None, message: Message) -> None:
-        """Answer the ask ``request`` (received from node ``source``, None when local)."""
-        if not isinstance(message, Message):
-            raise WrongType(f"expected an actorwire message, got {type(message).__name__}")
-        seq = self.next_seq(sender)
-        if source is None:
-            self._resolve(Envelope(sender=sender, target=request.sender, seq=seq,
-                                   correlation_id=request.correlation_id, is_reply=True,
-                                   mono_ns=time.monotonic_ns(), wall_ns=time.time_ns(),
-                                   trace_id=request.trace_id), message)
-            return
-        via = self._line_gate.reply_route(source, request.correlation_id)
-        reply = _Reply(via, self._codec.encode_record_fields(
-            sender, request.sender, seq, request.correlation_id, True, time.monotonic_ns(), time.time_ns(),
-            request.trace_id, message))
-        if threading.get_ident() == self._io_ident:
-            self._send_reply(reply)  # a handler on the I/O thread: the reply leaves now, not at the next turn
-            return
-        self._outbox.post(reply)
-
-    def handled_many(self, entries: dict[tuple[str, str, str], int], count: int) -> None:
-        """Bulk :meth:`handled`: ``{(source, sender, target): last handled seq}`` for ``count`` messages."""
-        self._outbox.handled_many(entries, count)
-
-    def handled(self, source: str | None, envelope: Envelope) -> None:
-        """The target's handler finished ``envelope``; credit goes back to a remote sender."""
-        if source is not None:
-            self._outbox.handled((source, envelope.sender, envelope.target), envelope.seq)
-
-    # -- sending helpers ------------------------------------------------
-
-    def _pair(self, sender: str, target: str, node_id: str) -> OutStream:
-        pair = self._out_streams.get((sender, target))
-        if pair is None:
-            info = self._nodes.get(node_id)
-            pair = self._outbound.open(sender, target, node_id, time.monotonic(), info.window if info else 0)
-        elif pair.node_id != node_id:
-            self._command(_Rehome(sender, target, node_id))
-            self._wait_until(lambda: pair.node_id == node_id, self.config.scaled(5.0))
-        return pair
-
-    def _wait_credit(self, pair: OutStream, target: str, kind: str, wait: float) -> None:
-        deadline = time.monotonic() + wait
-        with pair.cond:
-            pair.waiting = True
-            try:
-                while pair.sent - pair.handled >= pair.window:
-                    left = deadline - time.monotonic()
-                    if left <= 0:
-                        raise BackpressureTimeout(target, kind, wait, pair.sent - pair.handled)
-                    pair.cond.wait(min(left, 0.1))
-                    if self._closing:
-                        raise SystemClosed("the actor system is closing")
-                    gone = self._gone.get(target)
-                    if gone is not None and target not in self._routes:
-                        raise ActorDead(target, gone[0], gone[1])
-            finally:
-                pair.waiting = False
-
-    def _open_ask(self, pending: PendingAsk) -> None:
-        # Before the request leaves: once it is out the reply may come at any moment.
-        self._asks.open(pending)
-        # Wake the I/O thread only if it would sleep past this deadline: an
-        # ask with the default 30 s deadline costs no wake-up at all.
-        self._outbox.before(pending.deadline)
 
     def _command(self, cmd: _Command) -> None:
         self._outbox.command(cmd)
@@ -921,26 +550,12 @@ class Node:
             if not self._closed:
                 raise
 
-    def _request_root(self, message: Message, timeout: float) -> Message:
-        """Node-level request to the root, waiting for its reply."""
-        waiter = BlockingReply()
-        corr = next(self._corr)
-        pending = PendingAsk(corr, ROOT, type(message).wire_tag(), timeout,
-                             time.monotonic() + self.config.scaled(timeout), waiter.on_reply, waiter.on_failure)
-        self._open_ask(pending)
-        self._command(_RootRequest(corr, message))
-        answer = waiter.wait()
-        if isinstance(answer, (Refused, ErrorReply)):
-            text = answer.reason if isinstance(answer, Refused) else answer.message
-            raise JoinRefused(text)
-        return answer
-
     # ------------------------------------------------------------------
     # The I/O thread
     # ------------------------------------------------------------------
 
     def _run(self) -> None:
-        self._io_ident = threading.get_ident()
+        self._out.io_ident = threading.get_ident()
         log = self._log
         poller = zmq.Poller()
         poller.register(self._router, zmq.POLLIN)
@@ -995,7 +610,7 @@ class Node:
                     self._carry_out(root_role.drained(time.monotonic()))
         except Exception:
             log.exception("I/O thread crashed; the node is going down")
-            self._closing = True
+            self._out.closing = True
             self._fail_all_asks(SystemClosed("the I/O thread crashed"))
         finally:
             self._flush_out()
@@ -1008,12 +623,12 @@ class Node:
         for node_id, records in self._outbox.take_records():
             self._ship(node_id, records)
         for item in self._outbox.take_items():
-            if isinstance(item, _Reply):
+            if isinstance(item, Reply):
                 self._send_reply(item)
             else:
                 self._run_command(item)
 
-    def _send_reply(self, reply: _Reply) -> None:
+    def _send_reply(self, reply: Reply) -> None:
         frame = self._codec.join_records([reply.record])
         if not self._send_router(reply.node_id, [frame]):
             node = reply.node_id.partition(LINE_MARK)[0]
@@ -1173,7 +788,7 @@ class Node:
             self._log.debug("no connection to the root; node message dropped", kind=type(message).wire_tag())
 
     def _run_command(self, cmd: _Command) -> None:
-        if isinstance(cmd, _RootRequest):
+        if isinstance(cmd, RootRequest):
             if self._root_role is not None:
                 self._carry_out(self._root_role.request(self.node_id, cmd.correlation_id, cmd.message))
             else:
@@ -1651,7 +1266,7 @@ class Node:
         for pair in freed:
             with pair.cond:
                 pair.cond.notify_all()
-        if self._closing:
+        if self._out.closing:
             self._notify_changed()  # close() waits for the last acks
 
     def _flush_acks(self) -> None:

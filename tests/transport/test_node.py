@@ -42,15 +42,17 @@ def test_a_tell_of_something_that_is_not_a_message_is_refused_before_it_is_numbe
     assert node.send_record("flooder", "sink", BATCH)[0] == 1
 
 
-def test_the_node_waits_on_conditions_not_in_polling_sleeps() -> None:
+@pytest.mark.parametrize("module", ["actorwire.transport._node", "actorwire.transport.node._send"])
+def test_the_node_waits_on_conditions_not_in_polling_sleeps(module: str) -> None:
     """close, wait_for, a takeover's registration and a re-homed stream polled with sleeps (5 ms, 2 ms,
-    staleness/10, 1 ms): each now waits on the node's condition, which the I/O thread notifies."""
+    staleness/10, 1 ms): each now waits on the node's condition, which the I/O thread notifies (the
+    driver and its sending side alike)."""
     import ast
+    import importlib
     import pathlib
 
-    from actorwire.transport import _node
-
-    tree = ast.parse(pathlib.Path(_node.__file__).read_text())
+    path = pathlib.Path(importlib.import_module(module).__file__ or "")
+    tree = ast.parse(path.read_text())
     sleeps = [node.lineno for node in ast.walk(tree) if isinstance(node, ast.Call)
               and isinstance(node.func, ast.Attribute) and node.func.attr == "sleep"]
-    assert sleeps == [], f"time.sleep in transport/_node.py at lines {sleeps}"
+    assert sleeps == [], f"time.sleep in {path.name} at lines {sleeps}"
