@@ -185,7 +185,15 @@ class _ProcessExit:
     returncode: int
 
 
-_Command: TypeAlias = RootRequest | _Unregister | _Exiting | _ProcessExit | Rehome
+@dataclasses.dataclass(frozen=True, slots=True)
+class _Refusal:
+    """What a peer sent was refused on another thread (a reply on a user thread's line)."""
+
+    peer: str
+    what: str
+
+
+_Command: TypeAlias = RootRequest | _Unregister | _Exiting | _ProcessExit | Rehome | _Refusal
 
 
 class Node:
@@ -348,7 +356,7 @@ class Node:
         self._out = Outgoing(self.node_id, self.config, self._codec, self._view, self._local, self._outbound,
                              self._outbox, self._asks, self._lines, self._line_gate, changed=self._changed,
                              log=self._log, resolve=self._resolve, send_reply=self._send_reply,
-                             answerer=self._answerer, refuse=self._refuse)
+                             answerer=self._answerer, refuse=self._refuse_any_thread)
         out = self._out
         self.send, self.send_record, self.ask, self.ask_and_wait = out.send, out.send_record, out.ask, out.ask_and_wait
         self.reply, self.handled, self.handled_many = out.reply, out.handled, out.handled_many
@@ -808,6 +816,8 @@ class Node:
         elif isinstance(cmd, _ProcessExit):
             if self._root_role is not None:
                 self._carry_out(self._root_role.process_exited(cmd.node_id, cmd.returncode, time.monotonic()))
+        elif isinstance(cmd, _Refusal):
+            self._refuse(cmd.peer, cmd.what)
         else:
             self._rehome(cmd.sender, cmd.target, cmd.node_id)
 
@@ -1200,6 +1210,14 @@ class Node:
             self.note(f"refused from {peer}: {what}")
         if self._root_role is not None:
             self._carry_out(self._root_role.heard_from_refused(peer, time.monotonic()))
+
+    def _refuse_any_thread(self, peer: str, what: str) -> None:
+        """:meth:`_refuse` from any thread: what the root does about a refusal may send on a socket,
+        so off the I/O thread it is handed to it (a user thread refusing a reply on its line)."""
+        if threading.get_ident() == self._out.io_ident:
+            self._refuse(peer, what)
+        else:
+            self._command(_Refusal(peer, what))
 
     def _expel(self, peer: str, why: str) -> None:
         """Disconnect ``peer`` for breaking the protocol: its hello is forgotten (all it sends is

@@ -2,14 +2,17 @@
 
 from __future__ import annotations
 
+import threading
+
 import msgspec
 import pytest
 
 from actorwire import messages as m
 from actorwire.messages import Codec
-from actorwire.messages.runtime import NodeInfo
+from actorwire.messages.runtime import NodeInfo, Refused
 from actorwire.transport._errors import WrongType
 from actorwire.transport._node import Node
+from actorwire.transport.node import SendRaw
 
 BATCH = m.Batch(rank=3, batch_ms=12.5, step_count=7, batch_loss=0.25)
 
@@ -56,3 +59,25 @@ def test_the_node_waits_on_conditions_not_in_polling_sleeps(module: str) -> None
     sleeps = [node.lineno for node in ast.walk(tree) if isinstance(node, ast.Call)
               and isinstance(node.func, ast.Attribute) and node.func.attr == "sleep"]
     assert sleeps == [], f"time.sleep in {path.name} at lines {sleeps}"
+
+
+def test_a_refusal_made_on_a_user_thread_is_carried_out_by_the_io_thread(node: Node, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    """A reply on a user thread's line from a node that may not answer is refused on that thread.
+    What the root does about a refusal (tell a node it removed that it is out: a send on its router)
+    must run on the I/O thread, the only one that may touch a socket: it ran on the user thread."""
+    sent_on: list[int] = []
+    sent = threading.Event()
+
+    def send_router(node_id: str, frames: list[bytes]) -> bool:
+        sent_on.append(threading.get_ident())
+        sent.set()
+        return True
+
+    monkeypatch.setattr(node._root_role, "heard_from_refused",
+                        lambda peer, now: [SendRaw(peer, Refused(reason="you are out"))])
+    monkeypatch.setattr(node, "_send_router", send_router)
+    what = "a reply to an ask it was not sent (correlation id 7)"
+    node._out._refuse("peer-1", what)  # as _await_line does, on this (user) thread
+    assert sent.wait(10), "the refusal was never carried out"
+    assert sent_on == [node._out.io_ident] != [threading.get_ident()]
+    assert node.refusals()[("peer-1", what)] == 1
