@@ -65,14 +65,11 @@ from actorwire.messages.runtime import (
     Ack,
     AckEntry,
     Hello,
-    NodeExiting,
     NodeHeartbeat,
     NodeInfo,
     Refused,
     Register,
     RegistryUpdate,
-    Unregister,
-    Welcome,
 )
 from actorwire.transport._asks import ROOT, Asks, Match, PendingAsk
 from actorwire.transport._config import RuntimeConfig
@@ -120,12 +117,12 @@ from actorwire.transport.node import (
     SendRaw,
     Warn,
 )
-from actorwire.transport.node._effects import RefuseLine, Take
+from actorwire.transport.node._effects import RefuseLine, Take, ToRoot
 from actorwire.transport.node._inbound import Inbound, Step
 from actorwire.transport.node._line_gate import LineGate
-from actorwire.transport.node._member import NOT_FROM_ROOT, NOT_OUR_ROOT
 from actorwire.transport.node._outbound import Outbound
 from actorwire.transport.node._outbox import Outbox
+from actorwire.transport.node._role import NodeRole
 from actorwire.transport.node._rundir import RunDir
 from actorwire.transport.node._send import Deliver, Outgoing, Rehome, Reply, RootRequest
 from actorwire.transport.node._sockets import (
@@ -320,6 +317,9 @@ class Node:
             None if self.is_root else
             MemberRole(self._view, timing=self._timing, host=self.host, root_endpoint=self.root_endpoint,
                        process_alive=process_alive))
+        #: The one of them this node is, through the interface both share (transport/node/_role.py):
+        #: what arrives and what this process asks go to it without asking which it is.
+        self._role: NodeRole = self._root_role if self._root_role is not None else cast(MemberRole, self._member_role)
 
         # Sending.
         self._outbound = Outbound(self.config.window)
@@ -578,7 +578,7 @@ class Node:
         self._poller = poller
         next_beat = time.monotonic()
         outbox = self._outbox
-        root_role = self._root_role
+        role = self._role
         try:
             while not self._stop.is_set():
                 now = time.monotonic()
@@ -593,7 +593,7 @@ class Node:
                 first = self._asks.next_deadline()
                 if first is not None:
                     wake_at = min(wake_at, first)
-                verdict = root_role.next_verdict() if root_role is not None and root_role.pending else None
+                verdict = role.next_verdict() if role.pending else None
                 if verdict is not None:
                     wake_at = min(wake_at, verdict)
                 timeout = outbox.go_idle(now, wake_at, self._asks.next_deadline)
@@ -614,8 +614,8 @@ class Node:
                         self._on_link_event(self._watched[sock])
                     else:
                         self._recv_link(sock)
-                if root_role is not None and root_role.pending and not self._routers_readable():
-                    self._carry_out(root_role.drained(time.monotonic()))
+                if role.pending and not self._routers_readable():
+                    self._carry_out(role.drained(time.monotonic()))
         except Exception:
             log.exception("I/O thread crashed; the node is going down")
             self._out.closing = True
@@ -797,25 +797,13 @@ class Node:
 
     def _run_command(self, cmd: _Command) -> None:
         if isinstance(cmd, RootRequest):
-            if self._root_role is not None:
-                self._carry_out(self._root_role.request(self.node_id, cmd.correlation_id, cmd.message))
-            else:
-                self._to_root(cmd.message, cmd.correlation_id)
+            self._carry_out(self._role.own_request(cmd.correlation_id, cmd.message))
         elif isinstance(cmd, _Unregister):
-            if self._root_role is not None:
-                self._carry_out(self._root_role.unregister_own(cmd.name))
-            else:
-                self._to_root(Unregister(names=[cmd.name]))
+            self._carry_out(self._role.unregister_own(cmd.name))
         elif isinstance(cmd, _Exiting):
-            names = sorted(self._local)
-            if self.is_root:
-                for node_id in list(self._known_peers):
-                    self._send_node(node_id, NodeExiting(node_id=self.node_id, actors=names))
-            else:
-                self._to_root(NodeExiting(node_id=self.node_id, actors=names))
+            self._carry_out(self._role.exiting_own(sorted(self._local), list(self._known_peers)))
         elif isinstance(cmd, _ProcessExit):
-            if self._root_role is not None:
-                self._carry_out(self._root_role.process_exited(cmd.node_id, cmd.returncode, time.monotonic()))
+            self._carry_out(self._role.process_exited(cmd.node_id, cmd.returncode, time.monotonic()))
         elif isinstance(cmd, _Refusal):
             self._refuse(cmd.peer, cmd.what)
         else:
@@ -1052,8 +1040,7 @@ class Node:
             if not admitted:
                 self._log.warning("refused a peer whose identity does not match its hello", peer=source)
                 return
-            if self._root_role is not None:
-                self._carry_out(self._root_role.admit(source, message, time.monotonic()))
+            self._carry_out(self._role.admit(source, message, time.monotonic()))
             return
         if source not in self._known_peers and from_router:
             self._refuse(source, "a node message from a peer that did not say hello")
@@ -1064,23 +1051,8 @@ class Node:
             self._on_ack(message, source)
         elif isinstance(message, NodeHeartbeat):
             pass  # the stamp was refreshed on arrival
-        elif isinstance(message, Welcome):
-            if self._member_role is None:
-                self._refuse(source, NOT_OUR_ROOT)
-            else:
-                self._carry_out(self._member_role.welcome(source, message))
-        elif isinstance(message, Refused):
-            if self._member_role is not None:
-                self._carry_out(self._member_role.refused(source, message.reason))
-        elif isinstance(message, RegistryUpdate):
-            if self._member_role is None:
-                self._refuse(source, NOT_FROM_ROOT)
-            else:
-                self._carry_out(self._member_role.update(source, message))
-        elif isinstance(message, NodeExiting) and self._member_role is not None:
-            self._carry_out(self._member_role.root_exiting(source))
-        elif self._root_role is not None:
-            self._carry_out(self._root_role.request(source, envelope.correlation_id, message))
+        else:
+            self._carry_out(self._role.node_message(source, envelope.correlation_id, message))
 
     def _carry_out(self, effects: list[Effect]) -> None:
         """Do what the node's role asked, in order."""
@@ -1104,6 +1076,8 @@ class Node:
                 self._on_records(effect.node, effect.pairs, from_router=True)
             elif isinstance(effect, RefuseLine):
                 self._refuse_line(effect.identity, effect.node, effect.what, told=effect.told)
+            elif isinstance(effect, ToRoot):
+                self._to_root(effect.message, effect.correlation_id)
             elif isinstance(effect, Joined):
                 self._on_joined(effect)
             elif isinstance(effect, RootGone):
@@ -1142,8 +1116,8 @@ class Node:
     def _apply_update(self, update: RegistryUpdate, *, broadcast: bool = True, skip: str | None = None) -> None:
         if not (update.nodes or update.added or update.removed):
             return
-        if broadcast and self._root_role is not None:
-            for node_id in self._root_role.members_but(skip):
+        if broadcast:
+            for node_id in self._role.members_but(skip):
                 self._send_node(node_id, update)
         changes = self._view.apply(update)
         self._notify_changed()
@@ -1208,8 +1182,7 @@ class Node:
             self._log.warning("refused what a peer sent; further ones are counted, not logged",
                               peer=peer, what=what)
             self.note(f"refused from {peer}: {what}")
-        if self._root_role is not None:
-            self._carry_out(self._root_role.heard_from_refused(peer, time.monotonic()))
+        self._carry_out(self._role.heard_from_refused(peer, time.monotonic()))
 
     def _refuse_any_thread(self, peer: str, what: str) -> None:
         """:meth:`_refuse` from any thread: what the root does about a refusal may send on a socket,
@@ -1225,8 +1198,7 @@ class Node:
         self._refuse(peer, f"disconnected: {why}")
         self._view.expel(peer)
         self._streams.forget(peer)
-        if self._root_role is not None:
-            self._carry_out(self._root_role.expel(peer, why))
+        self._carry_out(self._role.expel(peer, why))
 
     def refusals(self) -> dict[tuple[str, str], int]:
         """How often each (peer, reason) was refused since the node started."""
@@ -1342,10 +1314,7 @@ class Node:
     def _beat(self, now: float) -> None:
         """The periodic work: liveness verdicts, parked messages, re-sends.  Nothing is sent to
         prove this process alive: libzmq's heartbeats do that, outside the GIL."""
-        if self._root_role is not None:
-            self._carry_out(self._root_role.check(now))
-        elif self._member_role is not None:
-            self._carry_out(self._member_role.check(now))
+        self._carry_out(self._role.check(now))
         if self._parking:
             self._unpark(now)
         if self._line_gate.held:

@@ -2,8 +2,9 @@
 
 :class:`RootRole` is the root's half: the registry's keeper (admission, names, liveness verdicts,
 refusals and expulsion).  :class:`MemberRole` is a member's: its join, and its root's liveness and
-exit.  The driver (:class:`actorwire.transport._node.Node`) feeds it what
-arrived and the time, and carries out the effects it returns.
+exit.  Both answer one interface, :class:`NodeRole`: the driver
+(:class:`actorwire.transport._node.Node`) feeds the one it is what arrived, what its process asks
+and the time, without asking which it is, and carries out the effects it returns.
 """
 
 from actorwire.transport.node._effects import (
@@ -16,10 +17,12 @@ from actorwire.transport.node._effects import (
     RootGone,
     Send,
     SendRaw,
+    ToRoot,
     Warn,
 )
 from actorwire.transport.node._member import ROOT_LINK, MemberRole
+from actorwire.transport.node._role import NodeRole
 from actorwire.transport.node._root import RootRole
 
-__all__ = ["ROOT_LINK", "Answer", "Effect", "Joined", "MemberRole", "OpenLink", "Publish", "Refuse", "RootGone",
-           "RootRole", "Send", "SendRaw", "Warn"]
+__all__ = ["ROOT_LINK", "Answer", "Effect", "Joined", "MemberRole", "NodeRole", "OpenLink", "Publish", "Refuse",
+           "RootGone", "RootRole", "Send", "SendRaw", "ToRoot", "Warn"]

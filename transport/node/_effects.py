@@ -94,10 +94,19 @@ class Joined:
 
 
 @dataclasses.dataclass(frozen=True)
+class ToRoot:
+    """Send a node-level ``message`` to the root over the join connection (a member's own request,
+    unregistration or exit); ``correlation_id`` when it awaits an answer."""
+
+    message: Message
+    correlation_id: int = 0
+
+
+@dataclasses.dataclass(frozen=True)
 class RootGone:
     """The root is gone: ``why`` it is taken for dead, or None when it said it exits."""
 
     why: str | None
 
 
-Effect = Send | SendRaw | Answer | Publish | OpenLink | Warn | Refuse | RefuseLine | Take | Joined | RootGone
+Effect = Send | SendRaw | Answer | Publish | OpenLink | Warn | Refuse | RefuseLine | Take | Joined | RootGone | ToRoot

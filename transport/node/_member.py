@@ -16,12 +16,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
+from actorwire.messages import Message
 from actorwire.messages.kinds import DownReason
-from actorwire.messages.runtime import RegistryUpdate, Welcome
+from actorwire.messages.runtime import Hello, NodeExiting, Refused, RegistryUpdate, Unregister, Welcome
 from actorwire.transport._liveness import Timing, Watch
 from actorwire.transport._membership import View
 from actorwire.transport._registry import REMOVED
-from actorwire.transport.node._effects import Effect, Joined, Publish, Refuse, RootGone
+from actorwire.transport.node._effects import Effect, Joined, Publish, Refuse, RootGone, ToRoot
 
 #: The source name of what arrives on the join connection before the welcome names the root.
 ROOT_LINK = "@root"
@@ -34,6 +35,7 @@ NOT_FROM_ROOT = "a registry update; only the root changes the registry"
 class MemberRole:
     def __init__(self, view: View, *, timing: Timing, host: str, root_endpoint: str,
                  process_alive: Callable[[int], bool]) -> None:
+        self.node_id = view.node_id
         self.view = view
         self.timing = timing
         self.host = host
@@ -42,6 +44,62 @@ class MemberRole:
         self.watch = Watch(None, 0.0)  # the connection to the root (up once the join's handshake is done)
         self.joined = False  # the join was answered, either way
         self.gone = False  # the root is gone: this member is headless
+
+    # -- what arrives ------------------------------------------------------------
+
+    def admit(self, source: str, hello: Hello, now: float) -> list[Effect]:
+        """A peer said a hello the membership view accepted: only the root admits to the registry."""
+        return []
+
+    def node_message(self, source: str, correlation_id: int, message: Message) -> list[Effect]:
+        """A node-level message from a peer that said hello (or from the join connection): the
+        root's answers to the join, its registry updates, its exit.  A request of the registry is
+        the root's to answer: a member drops it."""
+        if isinstance(message, Welcome):
+            return self.welcome(source, message)
+        if isinstance(message, Refused):
+            return self.refused(source, message.reason)
+        if isinstance(message, RegistryUpdate):
+            return self.update(source, message)
+        if isinstance(message, NodeExiting):
+            return self.root_exiting(source)
+        return []
+
+    # -- this node's own requests, to the root ---------------------------------------------
+
+    def own_request(self, correlation_id: int, message: Message) -> list[Effect]:
+        return [ToRoot(message, correlation_id)]
+
+    def unregister_own(self, name: str) -> list[Effect]:
+        return [ToRoot(Unregister(names=[name]))]
+
+    def exiting_own(self, actors: list[str], peers: list[str]) -> list[Effect]:
+        """This process leaves cleanly: the root hears it (and tells the others)."""
+        return [ToRoot(NodeExiting(node_id=self.node_id, actors=actors))]
+
+    # -- what only the root judges: nothing for a member --------------------------------
+
+    @property
+    def pending(self) -> bool:
+        return False  # no member's end waits for a verdict here
+
+    def next_verdict(self) -> float | None:
+        return None
+
+    def drained(self, now: float) -> list[Effect]:
+        return []
+
+    def process_exited(self, node: str, returncode: int, now: float) -> list[Effect]:
+        return []
+
+    def heard_from_refused(self, peer: str, now: float) -> list[Effect]:
+        return []
+
+    def expel(self, peer: str, why: str) -> list[Effect]:
+        return []  # the peer's hello is forgotten (the view's); only the root removes nodes
+
+    def members_but(self, skip: str | None) -> list[str]:
+        return []  # a member forwards no registry update
 
     # -- the join -------------------------------------------------------------
 

@@ -24,12 +24,14 @@ from actorwire.messages.runtime import (
     NodeInfo,
     Refused,
     Register,
+    RegistryUpdate,
     Unregister,
     Welcome,
 )
 from actorwire.transport._liveness import Timing
 from actorwire.transport._registry import DROPPED_KEPT, REMOVED, Registry, RegistryError
-from actorwire.transport.node._effects import Answer, Effect, OpenLink, Publish, Send, SendRaw, Warn
+from actorwire.transport.node._effects import Answer, Effect, OpenLink, Publish, Refuse, Send, SendRaw, Warn
+from actorwire.transport.node._member import NOT_FROM_ROOT, NOT_OUR_ROOT
 
 #: A removed node heard from again is told it is out at most this often (seconds).
 TELL_REMOVED_EVERY = 1.0
@@ -103,9 +105,30 @@ class RootRole:
             effects.append(Answer(source, correlation_id, update))
         return effects
 
+    def node_message(self, source: str, correlation_id: int, message: Message) -> list[Effect]:
+        """A node-level message from a member that said hello: a request of the registry.  What only
+        a root sends (a welcome, a registry update) is refused; a refusal is nothing to the root."""
+        if isinstance(message, Welcome):
+            return [Refuse(source, NOT_OUR_ROOT)]
+        if isinstance(message, RegistryUpdate):
+            return [Refuse(source, NOT_FROM_ROOT)]
+        if isinstance(message, Refused):
+            return []
+        return self.request(source, correlation_id, message)
+
+    # -- this node's own requests ---------------------------------------------------
+
+    def own_request(self, correlation_id: int, message: Message) -> list[Effect]:
+        """A request of this process's own (registering a name): the registry is here."""
+        return self.request(self.node_id, correlation_id, message)
+
     def unregister_own(self, name: str) -> list[Effect]:
         """An actor of the root's own process stopped."""
         return [Publish(self.registry.unregister(self.node_id, [name]))]
+
+    def exiting_own(self, actors: list[str], peers: list[str]) -> list[Effect]:
+        """This process leaves cleanly: every member that said hello hears it."""
+        return [Send(node, NodeExiting(node_id=self.node_id, actors=actors)) for node in peers]
 
     # -- liveness -------------------------------------------------------------
 
