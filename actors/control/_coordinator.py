@@ -968,6 +968,7 @@ class Coordinator(Actor):
             self._tell_each(ctx, [(r, throttle) for r in throttled])
             if throttled:
                 self._maybe_sync(ctx)  # a throttled rank holds the gate no longer
+        reported = False
         for r, told in mine:  # as if the rank told them: the phase decides
             if isinstance(told, MetricsMsg) and self._taken_already(told):
                 continue
@@ -979,7 +980,10 @@ class Coordinator(Actor):
                 if isinstance(told, SyncAck):
                     self._sync_ack(ctx, r, told)
                 else:
-                    self._metrics(ctx, r, told)
+                    reported = self._metrics(ctx, r, told, settle=False) or reported
+        if reported:  # the report's epoch reports taken as one: the gate and the epoch's end looked at once
+            self._maybe_sync(ctx)
+            self._maybe_aggregate(ctx)
 
     def _refuse_relayed(self, ctx: Context, relay: str, why: str, count: int) -> None:
         key = ("relay_report", why)
@@ -1149,14 +1153,17 @@ class Coordinator(Actor):
         r = self.ranks.get(msg.rank)
         return bool(msg.seq) and r is not None and msg.seq <= r.metrics_seq
 
-    def _metrics(self, ctx: Context, r: RankState | None, msg: MetricsMsg) -> None:
+    def _metrics(self, ctx: Context, r: RankState | None, msg: MetricsMsg, *, settle: bool = True) -> bool:
         """``r``'s report, told by the rank or through its relay; one told again (its ``seq`` taken
-        already: sent again after its relay died) is not added twice."""
+        already: sent again after its relay died) is not added twice.  Then whether a sync or the
+        epoch's end is due, unless ``settle`` is False: a relay's report looks once, after all its
+        ranks' reports (per entry, the two looks were 1.6 of 2.4 us at 10,000 ranks).  Returns
+        whether the report was taken."""
         if r is None:
-            return
+            return False
         if msg.seq:
             if msg.seq <= r.metrics_seq:
-                return
+                return False
             r.metrics_seq = msg.seq
         if msg.step_count and r.alive:
             _count_batch(r, None, msg.step_count)  # its last batches, a relay may still hold
@@ -1166,8 +1173,10 @@ class Coordinator(Actor):
         r.reported_epoch = max(r.reported_epoch, msg.epoch)
         if msg.epoch == self.epoch:
             r.ext_done += msg.extensions
-        self._maybe_sync(ctx)
-        self._maybe_aggregate(ctx)
+        if settle:
+            self._maybe_sync(ctx)
+            self._maybe_aggregate(ctx)
+        return True
 
     def _maybe_aggregate(self, ctx: Context) -> None:
         if self.phase is not Phase.RUNNING or self.epoch < 0 or self.saved or self._ending is not None:
