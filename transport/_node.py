@@ -292,7 +292,7 @@ class Node:
         # Routing state.  Written by the I/O thread; read by sending threads
         # (dict reads are atomic under the GIL).
         self._view = View(self.info, run_id=run_id, is_root=self.is_root)
-        # Aliases of the view's tables: the send path reads them per message, one attribute lookup fewer.
+        # Aliases of the view's tables: the I/O thread reads them per record, one attribute lookup fewer
         self._nodes = self._view.nodes
         self._routes = self._view.routes  # actor name -> node_id
         self._gone = self._view.gone
