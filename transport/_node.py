@@ -59,7 +59,7 @@ from typing import TypeAlias, cast
 import msgspec
 import zmq
 
-from actorwire.messages import PROTOCOL_VERSION, Codec, DecodeError, Envelope, Message
+from actorwire.messages import Codec, DecodeError, Envelope, Message
 from actorwire.messages.kinds import ActorStatus, DownReason, ErrorCode, ErrorReply, MemberStatus, NodeStatus
 from actorwire.messages.runtime import (
     Ack,
@@ -79,14 +79,12 @@ from actorwire.transport._endpoints import (
     is_tcp,
     local_address_towards,
     new_node_id,
-    pick_endpoint,
     tcp_host,
     write_run_file,
 )
 from actorwire.transport._errors import (
     ActorDead,
     AskTimeout,
-    ConfigError,
     InvalidArgument,
     JoinRefused,
     RemoteError,
@@ -94,13 +92,12 @@ from actorwire.transport._errors import (
     WaitTimeout,
 )
 from actorwire.transport._lines import LINE_MARK, Lines
-from actorwire.transport._liveness import EVENTS as _WATCHED
 from actorwire.transport._liveness import Timing
 from actorwire.transport._log import get_logger
 from actorwire.transport._membership import HelloRefused, Parking, View
 from actorwire.transport._process import process_alive
 from actorwire.transport._registry import HELD_BY_A_LIVE_NODE
-from actorwire.transport._security import ZAP_ENDPOINT, Security
+from actorwire.transport._security import Security
 from actorwire.transport._settings import settings
 from actorwire.transport.node import (
     ROOT_LINK,
@@ -134,6 +131,7 @@ from actorwire.transport.node._sockets import (
     signal,
     wake_pipe,
 )
+from actorwire.transport.node._wires import Wires
 
 #: deliver_many([(envelope, message, source), ...]): the I/O thread's bulk path.
 DeliverMany = Callable[[list], None]
@@ -141,16 +139,10 @@ DeliverMany = Callable[[list], None]
 DownCallback = Callable[[str, DownReason, str], None]
 
 NODE = ""  # envelope target of node-level messages
-_NOBLOCK = int(zmq.NOBLOCK)  # a plain int: pyzmq's enum arithmetic showed up in profiles
-_SNDMORE, _RCVMORE = int(zmq.SNDMORE), int(zmq.RCVMORE)
-_EVENTS, _POLLIN = int(zmq.EVENTS), int(zmq.POLLIN)
-_monotonic_ns, _time_ns = time.monotonic_ns, time.time_ns  # module globals: one lookup fewer per send
-_BATCH_RECORDS = 1024  # most messages in one batch frame
-_BATCH_BYTES = 1 << 20  # and at most this many bytes (never above the size cap)
+_EVENTS, _POLLIN = int(zmq.EVENTS), int(zmq.POLLIN)  # plain ints: pyzmq's enum arithmetic showed up in profiles
 _JOIN_NEWS_EVERY = 10.0  # a join that waits says so this often
 _ACK_EVERY = 512  # handled messages that trigger an ack flush at once
 _ACK_DELAY = 0.002  # otherwise acks leave within 2 ms
-_LINE_SLICE_MS = 20  # a thread waiting on its line looks at its ask's outcome this often
 # The inbound rules' steps, as module names: an enum lookup per message showed in profiles.
 _DELIVER, _RESOLVE, _PARK, _ACK_AGAIN, _REFUSE, _EXPEL = (
     Step.DELIVER, Step.RESOLVE, Step.PARK, Step.ACK_AGAIN, Step.REFUSE, Step.EXPEL)
@@ -253,37 +245,16 @@ class Node:
         self._frame_cap = self.config.max_message_size + 64
         self._timing = Timing.of(self.config.scaled(self.config.heartbeat_interval),
                                  self.config.scaled(self.config.staleness_timeout))
-        self._ctx = zmq.Context()
-        self._sockets = SocketFactory(self._ctx, frame_cap=self._frame_cap, timing=self._timing)
-        self._router = self._sockets.router()
+        self._sockets = SocketFactory(zmq.Context(), frame_cap=self._frame_cap, timing=self._timing)
+        #: The sockets and what is sent on them (transport/node/_wires.py): only the I/O thread's.
+        self._wires = wires = Wires(node_id=self.node_id, host=self.host, codec=self._codec, security=self._security,
+                                    factory=self._sockets, max_message_size=self.config.max_message_size,
+                                    bind_tcp=bind_tcp, watch_links=self.is_root, prefer_tcp=settings().prefer_tcp,
+                                    log=self._log)
         self._run_dir = RunDir(run_id, self.node_id)
-        endpoints = [self._run_dir.endpoint]
-        self._run_dir.bind(self._router)
-        # tcp gets a ROUTER of its own: CURVE is per socket, and ipc needs none.
-        self._tcp_router: zmq.Socket | None = None
-        self._zap: zmq.Socket | None = None
-        self._monitor: zmq.Socket | None = None
-        # The root link's handshake over tcp: a refused key is told to the user, not waited out.
-        self._root_monitor: zmq.Socket | None = None
-        if bind_tcp is not None:
-            if self._security.curve:
-                self._zap = self._ctx.socket(zmq.REP)
-                self._zap.setsockopt(zmq.LINGER, 0)
-                self._zap.bind(ZAP_ENDPOINT)
-            self._tcp_router = self._sockets.router()
-            self._security.serve(self._tcp_router)
-            try:
-                self._tcp_router.bind(bind_tcp)
-            except zmq.ZMQError as exc:
-                self._close_sockets()
-                raise ConfigError(f"cannot bind {bind_tcp}: {exc}") from None
-            endpoints.append(self._tcp_router.getsockopt_string(zmq.LAST_ENDPOINT))
-            if self._security.curve:
-                self._monitor = self._tcp_router.get_monitor_socket(
-                    zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
-                    | zmq.EVENT_HANDSHAKE_FAILED_AUTH)
-        #: The router a peer's connection arrived on (replies go back the same way).
-        self._router_of: dict[str, zmq.Socket] = {}
+        endpoints = [self._run_dir.endpoint, *wires.endpoints]
+        self._run_dir.bind(wires.router)
+        self._send_router, self._send_node = wires.send_router, wires.send_node
         public = self._security.public.decode() if self._security.curve and self._security.public else None
         self.info = NodeInfo(node_id=self.node_id, endpoints=endpoints, host=self.host, pid=os.getpid(),
                              curve_key=public if bind_tcp is not None else None, window=self.config.window)
@@ -299,10 +270,9 @@ class Node:
         self._known_peers = self._view.peers  # identities that said a valid Hello
         # Former owners of names that were removed: messages they sent before leaving are still theirs.
         self._former = self._view.former
+        wires.meet(self.info, run_id, self._view.nodes)
         self._local: dict[str, Deliver] = {}
         self._bulk: dict[str, DeliverMany] = {}
-        self._links: dict[str, Link] = {}
-        self._watched: dict[zmq.Socket, Link] = {}  # the root's monitors of its links, to their links
         self._beat_interval = self.config.scaled(self.config.heartbeat_interval)
         self._staleness = self.config.scaled(self.config.staleness_timeout)
         #: The root's half of the node protocol (the registry's keeper); None on a member.
@@ -326,7 +296,7 @@ class Node:
         self._out_streams = self._outbound.streams
         self._asks = Asks()
         # User threads' own sockets for the asks they wait on (see _lines).
-        self._lines = Lines(self.node_id, self._connect_line)
+        self._lines = Lines(self.node_id, wires.connect_line)
         # The receiving side: the lines admitted here, held, and the lines replies go back on.
         self._line_gate = LineGate(self.node_id, self._view, self._codec, is_root=self.is_root)
 
@@ -367,16 +337,15 @@ class Node:
         self._joined = threading.Event()
         self._join_error: Exception | None = None
         self._thread = threading.Thread(target=self._run, name=f"actorwire-io-{self.node_id}", daemon=True)
-        self._prefer_tcp = settings().prefer_tcp
         self._run_file = write_run_file(run_id, self.root_endpoint, endpoints[0]) if self.is_root else None
         if not self.is_root:
             # Connect here, not in the I/O thread, so a bad endpoint fails the
             # constructor with its name (the socket moves to the I/O thread at
             # start(); Thread.start is the memory barrier ZeroMQ asks for).
             try:
-                self._connect_root()
+                wires.connect_root(self.root_endpoint)
             except zmq.ZMQError as exc:
-                self._close_sockets()
+                wires.close()
                 self._run_dir.unlink_own()
                 self._run_dir.remove(is_root=self.is_root)
                 raise InvalidArgument(f"cannot connect to the root at {root_endpoint!r}: {exc}") from None
@@ -384,29 +353,6 @@ class Node:
     @property
     def _root_id(self) -> str | None:
         return self._view.root_id
-
-    def _close_sockets(self) -> None:
-        for link in {id(lk): lk for lk in getattr(self, "_links", {}).values()}.values():
-            if link.node_id != ROOT_LINK:
-                link.close()
-        root_link = getattr(self, "_links", {}).get(ROOT_LINK)
-        if root_link is not None and getattr(self, "_root_monitor", None) is not None:
-            try:
-                root_link.socket.disable_monitor()
-            except zmq.ZMQError:
-                pass
-        if root_link is not None:
-            root_link.socket.close(linger=0)
-        if getattr(self, "_tcp_router", None) is not None and self._monitor is not None:
-            try:
-                self._tcp_router.disable_monitor()  # type: ignore[union-attr]
-            except zmq.ZMQError:
-                pass
-        for sock in (self._router, getattr(self, "_tcp_router", None), getattr(self, "_zap", None),
-                     getattr(self, "_monitor", None), getattr(self, "_root_monitor", None)):
-            if sock is not None:
-                sock.close(linger=0)
-        self._ctx.term()
 
     # ------------------------------------------------------------------
     # Lifecycle (any thread)
@@ -454,7 +400,7 @@ class Node:
         self._closed = True
         self._fail_all_asks(SystemClosed("the actor system was shut down"))
         self._lines.close()
-        self._close_sockets()
+        self._wires.close()
         for fd in {self._wake_r, self._wake_w}:
             os.close(fd)
         self._run_dir.unlink_own()
@@ -565,17 +511,11 @@ class Node:
     def _run(self) -> None:
         self._out.io_ident = threading.get_ident()
         log = self._log
-        poller = zmq.Poller()
-        poller.register(self._router, zmq.POLLIN)
-        for extra in (self._tcp_router, self._zap, self._monitor, self._root_monitor):
-            if extra is not None:
-                poller.register(extra, zmq.POLLIN)
-        poller.register(self._wake_r, zmq.POLLIN)
-        if not self.is_root:
-            poller.register(self._links[ROOT_LINK].socket, zmq.POLLIN)
-        for monitor in self._watched:
-            poller.register(monitor, zmq.POLLIN)
-        self._poller = poller
+        wires = self._wires
+        poller = wires.watch(self._wake_r)
+        router, tcp_router, zap, monitor, root_monitor = (
+            wires.router, wires.tcp_router, wires.zap, wires.monitor, wires.root_monitor)
+        watched = wires.watched
         next_beat = time.monotonic()
         outbox = self._outbox
         role = self._role
@@ -602,19 +542,19 @@ class Node:
                 for sock, _ in events:
                     if sock == self._wake_r:
                         drain_pipe(self._wake_r)
-                    elif sock is self._router or sock is self._tcp_router:
+                    elif sock is router or sock is tcp_router:
                         self._recv_router(sock)
-                    elif sock is self._zap:
-                        self._serve_zap()
-                    elif sock is self._monitor:
-                        self._on_monitor()
-                    elif sock is self._root_monitor:
+                    elif sock is zap:
+                        wires.serve_zap()
+                    elif sock is monitor:
+                        wires.on_monitor()
+                    elif sock is root_monitor:
                         self._on_root_event()
-                    elif sock in self._watched:
-                        self._on_link_event(self._watched[sock])
+                    elif sock in watched:
+                        self._on_link_event(watched[sock])
                     else:
                         self._recv_link(sock)
-                if role.pending and not self._routers_readable():
+                if role.pending and not wires.routers_readable():
                     self._carry_out(role.drained(time.monotonic()))
         except Exception:
             log.exception("I/O thread crashed; the node is going down")
@@ -628,8 +568,9 @@ class Node:
 
     def _flush_out(self) -> None:
         """Ship everything queued: each peer's records in batch frames, then replies and commands."""
+        ship = self._wires.ship
         for node_id, records in self._outbox.take_records():
-            self._ship(node_id, records)
+            ship(node_id, records)
         for item in self._outbox.take_items():
             if isinstance(item, Reply):
                 self._send_reply(item)
@@ -637,163 +578,11 @@ class Node:
                 self._run_command(item)
 
     def _send_reply(self, reply: Reply) -> None:
-        frame = self._codec.join_records([reply.record])
-        if not self._send_router(reply.node_id, [frame]):
-            node = reply.node_id.partition(LINE_MARK)[0]
-            if node != reply.node_id:  # the line closed: the asker's node resolves it
-                self._send_router(node, [frame])
-
-    def _ship(self, node_id: str, records: list[bytes]) -> None:
-        """``records`` to ``node_id`` in order, as batch frames within the record and byte bounds."""
-        limit = min(_BATCH_BYTES, self.config.max_message_size)
-        for start in range(0, len(records), _BATCH_RECORDS):
-            chunk = records[start:start + _BATCH_RECORDS]
-            if sum(map(len, chunk)) <= limit:
-                self._send_link(node_id, chunk)
-            else:
-                self._ship_by_size(node_id, chunk, limit)
-
-    def _ship_by_size(self, node_id: str, records: list[bytes], limit: int) -> None:
-        batch: list[bytes] = []
-        size = 0
-        for record in records:
-            if batch and (len(batch) >= _BATCH_RECORDS or size + len(record) > limit):
-                self._send_link(node_id, batch)
-                batch, size = [], 0
-            batch.append(record)
-            size += len(record)
-        if batch:
-            self._send_link(node_id, batch)
+        self._wires.send_reply(reply.node_id, reply.record)
 
     def _queue(self, node_id: str, records: list[bytes]) -> None:
         """Records for ``node_id`` from the I/O thread (re-sends), behind what senders queued."""
         self._outbox.add_many(node_id, records)
-
-    def _send_link(self, node_id: str | None, records: list[bytes]) -> None:
-        link = self._links.get(node_id) if node_id else None
-        if link is None:
-            link = self._open_link(node_id) if node_id is not None and node_id in self._nodes else None
-        if link is None:
-            # The node left while the batch waited; the pairs' unacked copies
-            # are failed by the removal, so nothing is lost without a report.
-            return
-        try:  # copy=False would cost pyzmq a GC thread hand-off
-            link.socket.send(self._codec.join_records(records), zmq.DONTWAIT)
-        except zmq.Again:
-            # No connection right now (a handshake failed or is being redone): the I/O thread
-            # must never block.  The pairs keep these records unacknowledged and retransmit them.
-            self._log.debug("no connection to the peer; records wait for retransmission", peer=node_id,
-                            count=len(records))
-
-    def _send_router(self, node_id: str, frames: list[bytes]) -> bool:
-        """Send to the connection that says ``node_id``; False when it is not connected."""
-        sock = self._router_of.get(node_id, self._router)
-        try:
-            # Frame by frame with int flags: pyzmq's send_multipart does enum arithmetic per frame
-            # (a profile of bench bus's asks: 7.6 against 3.6 us for a two-frame message and its read).
-            sock.send(node_id.encode(), _SNDMORE)
-        except zmq.ZMQError as exc:
-            if exc.errno != zmq.EHOSTUNREACH:
-                raise
-            self._log.debug("peer not connected; dropped a node-level frame", peer=node_id)
-            return False
-        last = len(frames) - 1
-        for i, frame in enumerate(frames):
-            sock.send(frame, _SNDMORE if i < last else 0)
-        return True
-
-    def _node_record(self, message: Message, correlation_id: int = 0, is_reply: bool = False) -> bytes:
-        envelope = Envelope(sender=self.node_id, target=NODE, seq=0, correlation_id=correlation_id,
-                            is_reply=is_reply, mono_ns=time.monotonic_ns(), wall_ns=time.time_ns())
-        return self._codec.encode_record(envelope, message)
-
-    def _send_node(self, node_id: str, message: Message, *, correlation_id: int = 0, is_reply: bool = False,
-                   via_router: bool = True) -> None:
-        record = self._node_record(message, correlation_id, is_reply)
-        if via_router:
-            self._send_router(node_id, [self._codec.join_records([record])])
-        else:
-            self._send_link(node_id, [record])
-
-    def _open_link(self, node_id: str) -> Link:
-        info = self._nodes[node_id]
-        endpoint = pick_endpoint(info.endpoints, info.host, self.host, prefer_tcp=self._prefer_tcp)
-        sock = self._sockets.make(zmq.DEALER, identity=self.node_id)
-        if is_tcp(endpoint):
-            self._security.client(sock, info.curve_key, node_id)
-        # The root judges a member by this connection: libzmq's heartbeats keep it while the member's
-        # Python is busy, and drop it when the member stops, dies or is cut off.
-        monitor = sock.get_monitor_socket(_WATCHED) if self._root_role is not None else None
-        sock.connect(endpoint)
-        link = Link(node_id, sock, endpoint, monitor)
-        self._links[node_id] = link
-        self._say_hello(sock)
-        poller = getattr(self, "_poller", None)
-        if poller is not None:
-            poller.register(sock, zmq.POLLIN)
-        if monitor is not None:
-            self._watched[monitor] = link
-            if poller is not None:
-                poller.register(monitor, zmq.POLLIN)
-        return link
-
-    def _connect_line(self, node_id: str, identity: str) -> zmq.Socket:
-        """A new line's socket (made by the thread that will own it): connected, its hello sent."""
-        info = self._nodes[node_id]
-        endpoint = pick_endpoint(info.endpoints, info.host, self.host, prefer_tcp=self._prefer_tcp)
-        # RCVTIMEO: the waiting thread looks at its ask this often.  No heartbeats of its own: the
-        # node's connection is the one the peer judges it by.
-        sock = self._sockets.make(zmq.DEALER, identity=identity, heartbeats=False, RCVTIMEO=_LINE_SLICE_MS)
-        if is_tcp(endpoint):
-            self._security.client(sock, info.curve_key, node_id)
-        sock.connect(endpoint)
-        self._say_hello(sock)
-        return sock
-
-    def _connect_root(self) -> None:
-        # A root not up yet: retries back off to 2 s.
-        sock = self._sockets.make(zmq.DEALER, identity=self.node_id, RECONNECT_IVL_MAX=2000)
-        events = _WATCHED
-        if is_tcp(self.root_endpoint):
-            self._security.client(sock, self._security.root_key, "the root")
-            events |= (zmq.EVENT_HANDSHAKE_FAILED_AUTH | zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL
-                       | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL)
-        # A member judges the root by this connection (and, over tcp, learns of a refused handshake).
-        self._root_monitor = sock.get_monitor_socket(events)
-        try:
-            sock.connect(self.root_endpoint)
-        except zmq.ZMQError:
-            sock.close(linger=0)
-            raise
-        self._links[ROOT_LINK] = Link(ROOT_LINK, sock, self.root_endpoint)
-        self._say_hello(sock)
-
-    def _say_hello(self, sock: zmq.Socket) -> bool:
-        """Queue the hello on a DEALER that was just connected; never wait.
-
-        connect() makes the socket's pipe at once, so the hello only finds none when the peer already
-        refused the connection (a CURVE key it does not allow tore the pipe down): nothing sent there
-        would be taken, and the refusal reaches the user through the socket's monitor.  A blocking send
-        waited for a pipe that never came (a join hung 120 s in a test run beside other load)."""
-        hello = Hello(protocol_version=PROTOCOL_VERSION, run_id=self.run_id, node=self.info)
-        envelope = Envelope(sender=self.node_id, target=NODE, seq=0)
-        try:
-            sock.send(self._codec.encode_envelope(envelope), _SNDMORE | _NOBLOCK)
-        except zmq.Again:
-            self._log.debug("no connection to say hello on: the peer refused it")
-            return False
-        sock.send(self._codec.encode_message(hello), _NOBLOCK)  # the rest of a message never waits
-        return True
-
-    def _to_root(self, message: Message, correlation_id: int = 0) -> None:
-        if self.is_root:
-            return
-        envelope = Envelope(sender=self.node_id, target=NODE, seq=0, correlation_id=correlation_id)
-        try:
-            self._links[ROOT_LINK].socket.send(
-                self._codec.join_records([self._codec.encode_record(envelope, message)]), zmq.DONTWAIT)
-        except zmq.Again:  # not connected (yet, or refused): node messages are periodic or re-asked
-            self._log.debug("no connection to the root; node message dropped", kind=type(message).wire_tag())
 
     def _run_command(self, cmd: _Command) -> None:
         if isinstance(cmd, RootRequest):
@@ -811,19 +600,15 @@ class Node:
 
     # -- inbound --------------------------------------------------------
 
-    def _routers_readable(self) -> bool:
-        """Whether a router holds a message not read yet (a member's last ones before it closed)."""
-        return any(sock is not None and cast(int, sock.get(_EVENTS)) & _POLLIN
-                   for sock in (self._router, self._tcp_router))
-
     def _recv_router(self, sock: zmq.Socket) -> None:
+        router_of = self._wires.router_of
         for _ in range(256):
             try:
                 frames = recv_frames(sock)
             except zmq.Again:
                 return
             peer = frames[0].decode(errors="replace")
-            self._router_of[peer] = sock
+            router_of[peer] = sock
             if LINE_MARK in peer:
                 self._on_line_safely(peer, frames[1:])
             else:
@@ -848,8 +633,8 @@ class Node:
         its asks then go the node's way at once."""
         self._refuse(claimed, what)
         refused = Refused(reason=what if told is None else told)
-        self._send_router(identity, [self._codec.join_records([self._node_record(refused)])])
-        self._router_of.pop(identity, None)
+        self._send_node(identity, refused)
+        self._wires.router_of.pop(identity, None)
 
     def _release_lines(self) -> None:
         """Read again what held lines sent, for each whose node the view now knows."""
@@ -860,35 +645,13 @@ class Node:
                 self._log.exception("failed to process a message from a line; dropped it",
                                     source=getattr(effect, "node", None))
 
-    def _serve_zap(self) -> None:
-        """Answer the CURVE handshake's ZAP request: is the peer's key on the allow-list?"""
-        assert self._zap is not None
-        try:
-            frames = self._zap.recv_multipart(_NOBLOCK)
-        except zmq.Again:
-            return
-        self._zap.send_multipart(self._security.answer_zap(frames, self._log))
-
-    def _on_monitor(self) -> None:
-        from zmq.utils.monitor import recv_monitor_message
-
-        assert self._monitor is not None
-        try:
-            event = recv_monitor_message(self._monitor, _NOBLOCK)
-        except zmq.Again:
-            return
-        self._log.warning("a peer failed the CURVE handshake (no key, a wrong server key, or plain text)",
-                          endpoint=event.get("endpoint", b"").decode(errors="replace") if isinstance(
-                              event.get("endpoint"), bytes) else event.get("endpoint"),
-                          zmq_event=str(event.get("event")))
-
     def _on_root_event(self) -> None:
         """The connection to the root went up or down, or its tcp handshake failed.
 
         A failed handshake before the join is the answer: libzmq would retry for ever, and the user
         waited out the join timeout to read "no answer"."""
-        assert self._root_monitor is not None and self._member_role is not None
-        kind = monitor_event(self._root_monitor)
+        assert self._wires.root_monitor is not None and self._member_role is not None
+        kind = monitor_event(self._wires.root_monitor)
         if kind is None:
             return
         if kind == zmq.EVENT_HANDSHAKE_SUCCEEDED:
@@ -909,7 +672,7 @@ class Node:
             self._carry_out(self._root_role.link_down(link.node_id, time.monotonic()))
 
     def _recv_link(self, sock: zmq.Socket) -> None:
-        link = next((lk for lk in self._links.values() if lk.socket is sock), None)
+        link = next((lk for lk in self._wires.links.values() if lk.socket is sock), None)
         if link is None:
             return
         for _ in range(256):
@@ -1064,10 +827,10 @@ class Node:
             elif isinstance(effect, Answer):
                 self._answer(effect.node, effect.correlation_id, effect.message)
             elif isinstance(effect, SendRaw):
-                self._send_router(effect.peer, [self._codec.join_records([self._node_record(effect.message)])])
+                self._send_router(effect.peer, [self._codec.join_records([self._wires.node_record(effect.message)])])
             elif isinstance(effect, OpenLink):
-                if effect.node not in self._links:
-                    self._open_link(effect.node)
+                if effect.node not in self._wires.links:
+                    self._wires.open_link(effect.node)
             elif isinstance(effect, Warn):
                 self._log.warning(effect.event, **effect.fields)
             elif isinstance(effect, Refuse):
@@ -1077,7 +840,7 @@ class Node:
             elif isinstance(effect, RefuseLine):
                 self._refuse_line(effect.identity, effect.node, effect.what, told=effect.told)
             elif isinstance(effect, ToRoot):
-                self._to_root(effect.message, effect.correlation_id)
+                self._wires.to_root(effect.message, effect.correlation_id)
             elif isinstance(effect, Joined):
                 self._on_joined(effect)
             elif isinstance(effect, RootGone):
@@ -1100,7 +863,7 @@ class Node:
             self._release_lines()
         # Traffic to the root's actors shares the join connection: a second
         # DEALER with our identity would be refused by the root's ROUTER.
-        self._links[welcome.root_node_id] = self._links[ROOT_LINK]
+        self._wires.links[welcome.root_node_id] = self._wires.links[ROOT_LINK]
         self._beat_interval = welcome.heartbeat_interval
         self._staleness = welcome.staleness_timeout
         self._timing = self._sockets.timing = self._member_role.timing
@@ -1132,22 +895,17 @@ class Node:
             self._streams.forget_target(name)
             self._fail_target(name, reason, detail)
             self._on_down(name, reason, detail)
+        wires = self._wires
         for node_id in changes.left:
             for _, envelope, _ in self._parking.drop(node_id):
                 self._refuse(node_id, f"a message signed {envelope.sender!r}, a name never given by "
                                       f"the registry to that node (it left)")
             self._streams.forget(node_id)
-            self._router_of.pop(node_id, None)
+            wires.router_of.pop(node_id, None)
             self._lines.drop(node_id)
             for identity in self._line_gate.forget(node_id):
-                self._router_of.pop(identity, None)
-            link = self._links.pop(node_id, None)
-            if link is not None and node_id != self._root_id:
-                self._poller.unregister(link.socket)
-                if link.monitor is not None:
-                    self._poller.unregister(link.monitor)
-                    self._watched.pop(link.monitor, None)
-                link.close()
+                wires.router_of.pop(identity, None)
+            wires.drop_link(node_id, keep_socket=node_id == self._root_id)
 
     def _park(self, source: str, envelope: Envelope, message: Message) -> None:
         since = self._park_since if self._park_since is not None else time.monotonic()

@@ -145,7 +145,7 @@ def test_every_socket_caps_a_frame_at_the_message_size_before_python_sees_it() -
             system.inbox("victim")
             honest.tell("liar/1", "victim", {"type": "sync_now"})
         node = system._node
-        sockets = [node._router, *(link.socket for link in node._links.values())]
+        sockets = [node._wires.router, *(link.socket for link in node._wires.links.values())]
         assert all(sock.getsockopt(zmq.MAXMSGSIZE) == (1 << 16) + 64 for sock in sockets)
 
 

@@ -74,7 +74,7 @@ def test_a_member_with_an_allowed_key_joins_over_curve(tmp_path: pathlib.Path) -
         with ActorSystem(join=root.endpoint, run_id=root.run_id, config=QUICK,
                          security=Security(keys=str(tmp_path / "cluster"))) as member:
             assert member._node.info.curve_key  # it published its own key for peers
-            assert member._node._links["@root"].endpoint.startswith("tcp://")
+            assert member._node._wires.links["@root"].endpoint.startswith("tcp://")
             beat = m.Heartbeat(rank=0, step_count=2)
             assert member.ask("echo", beat, timeout=10) == beat
 
