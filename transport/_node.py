@@ -59,8 +59,8 @@ from typing import TypeAlias, cast
 import msgspec
 import zmq
 
-from actorwire.messages import Codec, DecodeError, Envelope, Message
-from actorwire.messages.kinds import ActorStatus, DownReason, ErrorCode, ErrorReply, MemberStatus, NodeStatus
+from actorwire.messages import Codec, Envelope, Message
+from actorwire.messages.kinds import ActorStatus, DownReason, ErrorReply, MemberStatus, NodeStatus
 from actorwire.messages.runtime import (
     Ack,
     AckEntry,
@@ -115,10 +115,10 @@ from actorwire.transport.node import (
     Warn,
 )
 from actorwire.transport.node._effects import RefuseLine, Take, ToRoot
-from actorwire.transport.node._inbound import Inbound, Step
 from actorwire.transport.node._line_gate import LineGate
 from actorwire.transport.node._outbound import Outbound
 from actorwire.transport.node._outbox import Outbox
+from actorwire.transport.node._receive import DeliverMany, Incoming
 from actorwire.transport.node._role import NodeRole
 from actorwire.transport.node._rundir import RunDir
 from actorwire.transport.node._send import Deliver, Outgoing, Rehome, Reply, RootRequest
@@ -133,8 +133,6 @@ from actorwire.transport.node._sockets import (
 )
 from actorwire.transport.node._wires import Wires
 
-#: deliver_many([(envelope, message, source), ...]): the I/O thread's bulk path.
-DeliverMany = Callable[[list], None]
 #: on_down(name, reason, detail)
 DownCallback = Callable[[str, DownReason, str], None]
 
@@ -143,9 +141,6 @@ _EVENTS, _POLLIN = int(zmq.EVENTS), int(zmq.POLLIN)  # plain ints: pyzmq's enum 
 _JOIN_NEWS_EVERY = 10.0  # a join that waits says so this often
 _ACK_EVERY = 512  # handled messages that trigger an ack flush at once
 _ACK_DELAY = 0.002  # otherwise acks leave within 2 ms
-# The inbound rules' steps, as module names: an enum lookup per message showed in profiles.
-_DELIVER, _RESOLVE, _PARK, _ACK_AGAIN, _REFUSE, _EXPEL = (
-    Step.DELIVER, Step.RESOLVE, Step.PARK, Step.ACK_AGAIN, Step.REFUSE, Step.EXPEL)
 
 
 
@@ -306,8 +301,6 @@ class Node:
         self._streams = InStreams(self.config.window)
         # Messages signed with names a member has not yet seen the root register (see _membership).
         self._parking = Parking(self.config.window)
-        self._inbound = Inbound(self._view, self._streams, self._parking)  # the rules a record passes
-        self._park_since: float | None = None  # set while parked messages are tried again
         # What was refused, counted per (peer, reason) and logged once each (never once per record).
         self._refusals: collections.Counter[tuple[str, str]] = collections.Counter()
         self._notes: collections.deque[str] = collections.deque(maxlen=32)  # recent errors, for status
@@ -331,6 +324,11 @@ class Node:
         self.send, self.send_record, self.ask, self.ask_and_wait = out.send, out.send_record, out.ask, out.ask_and_wait
         self.reply, self.handled, self.handled_many = out.reply, out.handled, out.handled_many
         self.next_seq, self.last_seq, self.lookup = out.next_seq, out.last_seq, out.lookup
+        #: What arrives from peers, record by record (transport/node/_receive.py): the I/O thread's.
+        self._incoming = Incoming(codec=self._codec, view=self._view, streams=self._streams, parking=self._parking,
+                                  outbox=self._outbox, local=self._local, bulk=self._bulk, log=self._log,
+                                  clock=time.monotonic, node_message=self._on_node_message, resolve=self._resolve,
+                                  refuse=self._refuse, expel=self._expel, reply=self.reply)
         self._stop = threading.Event()
         #: Set when the root is gone (exited or unreachable): a member node is headless.
         self.root_gone = threading.Event()
@@ -601,7 +599,7 @@ class Node:
     # -- inbound --------------------------------------------------------
 
     def _recv_router(self, sock: zmq.Socket) -> None:
-        router_of = self._wires.router_of
+        router_of, take = self._wires.router_of, self._incoming.frames
         for _ in range(256):
             try:
                 frames = recv_frames(sock)
@@ -612,7 +610,7 @@ class Node:
             if LINE_MARK in peer:
                 self._on_line_safely(peer, frames[1:])
             else:
-                self._on_frames_safely(peer, frames[1:], from_router=True)
+                take(peer, frames[1:], from_router=True)
             if self._outbox.full():
                 # Credit goes back while the burst is still being read: held to the end of a burst
                 # of 256 frames, it stalled a fast sender on an empty window (bench bus: both
@@ -682,115 +680,9 @@ class Node:
                 return
             # Per message: the welcome that names the root may be the one just taken in.
             source = self._root_id or ROOT_LINK if link.node_id == ROOT_LINK else link.node_id
-            self._on_frames_safely(source, frames, from_router=False)
+            self._incoming.frames(source, frames, from_router=False)
             if not cast(int, sock.get(_EVENTS)) & _POLLIN:
                 return
-
-    def _on_frames_safely(self, source: str, frames: list[bytes], *, from_router: bool) -> None:
-        try:
-            self._on_frames(source, frames, from_router=from_router)
-        except Exception:
-            # One message must never take the node down; it is logged with its source.
-            self._log.exception("failed to process a message; dropped it", source=source,
-                                size=sum(len(f) for f in frames))
-
-    def _on_frames(self, source: str, frames: list[bytes], *, from_router: bool) -> None:
-        """One ZeroMQ message from ``source``: ``[envelope, body]`` or one batch frame."""
-        codec = self._codec
-        if from_router and len(frames) != 2 and source not in self._known_peers:
-            # A connection opens with a two-frame hello; nothing else is decoded before it.
-            self._refuse(source, "a batch from a peer that did not say hello")
-            return
-        if len(frames) == 1:
-            pairs, errors = codec.decode_batch(frames[0])
-        elif len(frames) == 2:
-            try:
-                pairs, errors = [codec.decode(frames)], []
-            except DecodeError as exc:
-                pairs, errors = [], [exc]
-        else:
-            pairs, errors = [], [DecodeError(f"expected 1 or 2 frames, got {len(frames)}")]
-        for error in errors:
-            self._log.warning("dropped an undecodable message", source=source,
-                              size=sum(len(f) for f in frames), reason=str(error))
-        self._on_records(source, pairs, from_router=from_router)
-
-    def _on_records(self, source: str, pairs: list[tuple[Envelope, Message]], *, from_router: bool) -> None:
-        """The decoded records of one batch from ``source``, in order: each through the inbound rules
-        (:class:`~.node._inbound.Inbound`), the step it gets carried out here."""
-        known = not from_router or source in self._known_peers
-        if len(pairs) > 1 and self._inbound.whole_run(source, pairs, known):
-            self._hand_over({pairs[0][0].target: [(envelope, message, source) for envelope, message in pairs]})
-            return
-        # Tells are gathered per target and handed over in one call per run
-        # (profile: per-message hand-off was a third of the I/O thread's time).
-        runs: dict[str, list[tuple[Envelope, Message, str]]] = {}
-        rule = self._inbound.rule
-        proven: set[str] = set()  # senders checked in this batch (a batch is mostly one sender's)
-        for envelope, message in pairs:
-            target = envelope.target
-            if target == NODE:
-                self._on_node_message(source, envelope, message, from_router)
-                known = not from_router or source in self._known_peers  # a Hello precedes the rest
-                if source == ROOT_LINK and self._root_id is not None:
-                    source = self._root_id  # the welcome came first: the rest is the root's
-                continue
-            step, why = rule(source, envelope, known, proven)
-            if step is _DELIVER:
-                run = runs.get(target)
-                if run is None:
-                    runs[target] = run = []
-                run.append((envelope, message, source))
-            elif step is _RESOLVE or step is _PARK:
-                if runs:  # what came before it goes first
-                    self._hand_over(runs)
-                    runs = {}
-                if step is _RESOLVE:
-                    self._resolve(envelope, message, source)
-                else:
-                    self._park(source, envelope, message)
-            elif step is _ACK_AGAIN:
-                key = (source, envelope.sender, target)
-                self._outbox.owed.setdefault(key, self._streams.handled_of(key))
-            elif step is _REFUSE:
-                self._refuse(source, why)
-            elif step is _EXPEL:
-                self._expel(source, why)
-                break
-            # _SKIP: past a loss, the re-send of what it skipped comes first
-        if runs:
-            self._hand_over(runs)
-
-    def _hand_over(self, runs: dict[str, list[tuple[Envelope, Message, str]]]) -> None:
-        for target, run in runs.items():
-            bulk = self._bulk.get(target)
-            if bulk is not None:
-                try:
-                    bulk(run)
-                except SystemClosed:
-                    pass
-                continue
-            for envelope, message, source in run:
-                self._deliver_one(source, envelope, message)
-
-    def _deliver_one(self, source: str, envelope: Envelope, message: Message) -> None:
-        deliver = self._local.get(envelope.target)
-        if deliver is None:
-            gone = self._gone.get(envelope.target)
-            reason = f"actor {envelope.target!r} " + (f"is {gone[0].value}" if gone else "does not run here")
-            self._refuse(source, f"a message for {envelope.target!r}, which does not run here")
-            # Acknowledge it so the sender's credit is not held forever, and
-            # answer an ask so the asker fails at once instead of timing out.
-            self._outbox.owed[(source, envelope.sender, envelope.target)] = envelope.seq
-            if envelope.correlation_id:
-                self.reply(envelope.target, envelope, source, ErrorReply(
-                    code=ErrorCode.TARGET_DEAD if gone else ErrorCode.UNKNOWN_TARGET, message=reason,
-                    request_kind=type(message).wire_tag()))
-            return
-        try:
-            deliver(envelope, message, source, None)
-        except SystemClosed:
-            pass
 
     def _on_node_message(self, source: str, envelope: Envelope, message: Message, from_router: bool) -> None:
         if isinstance(message, Hello):
@@ -836,7 +728,7 @@ class Node:
             elif isinstance(effect, Refuse):
                 self._refuse(effect.peer, effect.what)
             elif isinstance(effect, Take):
-                self._on_records(effect.node, effect.pairs, from_router=True)
+                self._incoming.records(effect.node, effect.pairs, from_router=True)
             elif isinstance(effect, RefuseLine):
                 self._refuse_line(effect.identity, effect.node, effect.what, told=effect.told)
             elif isinstance(effect, ToRoot):
@@ -858,7 +750,7 @@ class Node:
         assert self._member_role is not None
         self._notify_changed()
         if self._parking:
-            self._unpark()
+            self._incoming.unpark()
         if self._line_gate.held:
             self._release_lines()
         # Traffic to the root's actors shares the join connection: a second
@@ -885,7 +777,7 @@ class Node:
         changes = self._view.apply(update)
         self._notify_changed()
         if self._parking and update.added:
-            self._unpark()
+            self._incoming.unpark()
         if self._line_gate.held and update.nodes:
             self._release_lines()
         for name, node_id in changes.moved:
@@ -906,27 +798,6 @@ class Node:
             for identity in self._line_gate.forget(node_id):
                 wires.router_of.pop(identity, None)
             wires.drop_link(node_id, keep_socket=node_id == self._root_id)
-
-    def _park(self, source: str, envelope: Envelope, message: Message) -> None:
-        since = self._park_since if self._park_since is not None else time.monotonic()
-        if not self._parking.park(source, envelope.sender, (since, envelope, message)):
-            self._refuse(source, "messages signed with names the registry has not confirmed, over the window")
-
-    def _unpark(self, now: float | None = None) -> None:
-        """Try again what waits for the registry; with ``now``, refuse what waited past the
-        staleness timeout (the sender re-sends it, so nothing proven is lost)."""
-        for source, entries in self._parking.release().items():
-            for since, envelope, message in entries:
-                if now is not None and now - since > self._staleness \
-                        and not self._view.speaks_for(source, envelope.sender):
-                    self._refuse(source, f"a message signed {envelope.sender!r}, a name never given by "
-                                         f"the registry to that node")
-                    continue
-                self._park_since = since  # parked again, it keeps its first time
-                try:
-                    self._on_records(source, [(envelope, message)], from_router=False)
-                finally:
-                    self._park_since = None
 
     def _answerer(self, pending: PendingAsk) -> str | None:
         """The node whose reply resolves ``pending``: the root for node requests, else the target's host."""
@@ -1074,7 +945,7 @@ class Node:
         prove this process alive: libzmq's heartbeats do that, outside the GIL."""
         self._carry_out(self._role.check(now))
         if self._parking:
-            self._unpark(now)
+            self._incoming.unpark(now, self._staleness)
         if self._line_gate.held:
             self._carry_out(self._line_gate.expired(now, self._staleness))
         self._retransmit(now)
