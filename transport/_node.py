@@ -56,14 +56,12 @@ import time
 from collections.abc import Callable
 from typing import TypeAlias, cast
 
-import msgspec
 import zmq
 
 from actorwire.messages import Codec, Envelope, Message
-from actorwire.messages.kinds import ActorStatus, DownReason, ErrorReply, MemberStatus, NodeStatus
+from actorwire.messages.kinds import ActorStatus, DownReason, MemberStatus, NodeStatus
 from actorwire.messages.runtime import (
     Ack,
-    AckEntry,
     Hello,
     NodeHeartbeat,
     NodeInfo,
@@ -71,7 +69,7 @@ from actorwire.messages.runtime import (
     Register,
     RegistryUpdate,
 )
-from actorwire.transport._asks import ROOT, Asks, Match, PendingAsk
+from actorwire.transport._asks import Asks
 from actorwire.transport._config import RuntimeConfig
 from actorwire.transport._delivery import InStreams
 from actorwire.transport._endpoints import (
@@ -83,11 +81,8 @@ from actorwire.transport._endpoints import (
     write_run_file,
 )
 from actorwire.transport._errors import (
-    ActorDead,
-    AskTimeout,
     InvalidArgument,
     JoinRefused,
-    RemoteError,
     SystemClosed,
     WaitTimeout,
 )
@@ -122,6 +117,7 @@ from actorwire.transport.node._receive import DeliverMany, Incoming
 from actorwire.transport.node._role import NodeRole
 from actorwire.transport.node._rundir import RunDir
 from actorwire.transport.node._send import Deliver, Outgoing, Rehome, Reply, RootRequest
+from actorwire.transport.node._settle import Settlement
 from actorwire.transport.node._sockets import (
     Link,
     SocketFactory,
@@ -314,12 +310,18 @@ class Node:
         #: registered, moved or gone), a stream re-homed, and, while closing, an ack.  The waits
         #: (``Outgoing.wait_until``) are on it with deadlines, never polls.
         self._changed = threading.Condition()
+        #: What sends and asks come to (replies, deadlines, acks, re-sends, re-homing, a target down)
+        #: and the acks owed for what was handled (transport/node/_settle.py).
+        self._settle = settle = Settlement(
+            node_id=self.node_id, codec=self._codec, view=self._view, asks=self._asks, outbound=self._outbound,
+            outbox=self._outbox, streams=self._streams, log=self._log, refuse=self._refuse,
+            send_node=self._send_node, changed=self._notify_changed, closing=self._closing)
         #: The any-thread send, ask and reply paths; its methods are the node's own (bound below:
         #: a delegating method would cost every send a Python call).
         self._out = Outgoing(self.node_id, self.config, self._codec, self._view, self._local, self._outbound,
                              self._outbox, self._asks, self._lines, self._line_gate, changed=self._changed,
-                             log=self._log, resolve=self._resolve, send_reply=self._send_reply,
-                             answerer=self._answerer, refuse=self._refuse_any_thread)
+                             log=self._log, resolve=settle.resolve, send_reply=self._send_reply,
+                             answerer=settle.answerer, refuse=self._refuse_any_thread)
         out = self._out
         self.send, self.send_record, self.ask, self.ask_and_wait = out.send, out.send_record, out.ask, out.ask_and_wait
         self.reply, self.handled, self.handled_many = out.reply, out.handled, out.handled_many
@@ -327,7 +329,7 @@ class Node:
         #: What arrives from peers, record by record (transport/node/_receive.py): the I/O thread's.
         self._incoming = Incoming(codec=self._codec, view=self._view, streams=self._streams, parking=self._parking,
                                   outbox=self._outbox, local=self._local, bulk=self._bulk, log=self._log,
-                                  clock=time.monotonic, node_message=self._on_node_message, resolve=self._resolve,
+                                  clock=time.monotonic, node_message=self._on_node_message, resolve=settle.resolve,
                                   refuse=self._refuse, expel=self._expel, reply=self.reply)
         self._stop = threading.Event()
         #: Set when the root is gone (exited or unreachable): a member node is headless.
@@ -396,7 +398,7 @@ class Node:
             # The sockets close below: the I/O thread must be out of its poll first.
             self._thread.join(timeout=self.config.scaled(max(timeout, 2.0)))
         self._closed = True
-        self._fail_all_asks(SystemClosed("the actor system was shut down"))
+        self._settle.fail_all(SystemClosed("the actor system was shut down"))
         self._lines.close()
         self._wires.close()
         for fd in {self._wake_r, self._wake_w}:
@@ -478,6 +480,9 @@ class Node:
             raise WaitTimeout(f"actor {name!r} did not appear within {timeout:g} s")
 
 
+    def _closing(self) -> bool:
+        return self._out.closing
+
     def _notify_changed(self) -> None:
         with self._changed:
             self._changed.notify_all()
@@ -515,7 +520,7 @@ class Node:
             wires.router, wires.tcp_router, wires.zap, wires.monitor, wires.root_monitor)
         watched = wires.watched
         next_beat = time.monotonic()
-        outbox = self._outbox
+        outbox, settle = self._outbox, self._settle
         role = self._role
         try:
             while not self._stop.is_set():
@@ -523,9 +528,9 @@ class Node:
                 if now >= next_beat:
                     self._beat(now)
                     next_beat = now + self._timing.tick
-                self._expire_asks(now)
+                settle.expire(now)
                 if outbox.acks_due(now):
-                    self._flush_acks()
+                    settle.flush_acks()
                 self._flush_out()
                 wake_at = next_beat
                 first = self._asks.next_deadline()
@@ -557,10 +562,10 @@ class Node:
         except Exception:
             log.exception("I/O thread crashed; the node is going down")
             self._out.closing = True
-            self._fail_all_asks(SystemClosed("the I/O thread crashed"))
+            self._settle.fail_all(SystemClosed("the I/O thread crashed"))
         finally:
             self._flush_out()
-            self._flush_acks()
+            settle.flush_acks()
 
     # -- outbound -------------------------------------------------------
 
@@ -578,10 +583,6 @@ class Node:
     def _send_reply(self, reply: Reply) -> None:
         self._wires.send_reply(reply.node_id, reply.record)
 
-    def _queue(self, node_id: str, records: list[bytes]) -> None:
-        """Records for ``node_id`` from the I/O thread (re-sends), behind what senders queued."""
-        self._outbox.add_many(node_id, records)
-
     def _run_command(self, cmd: _Command) -> None:
         if isinstance(cmd, RootRequest):
             self._carry_out(self._role.own_request(cmd.correlation_id, cmd.message))
@@ -594,7 +595,7 @@ class Node:
         elif isinstance(cmd, _Refusal):
             self._refuse(cmd.peer, cmd.what)
         else:
-            self._rehome(cmd.sender, cmd.target, cmd.node_id)
+            self._settle.rehome(cmd.sender, cmd.target, cmd.node_id)
 
     # -- inbound --------------------------------------------------------
 
@@ -615,7 +616,7 @@ class Node:
                 # Credit goes back while the burst is still being read: held to the end of a burst
                 # of 256 frames, it stalled a fast sender on an empty window (bench bus: both
                 # processes at 0.65-0.7 of a core, taking turns).
-                self._flush_acks()
+                self._settle.flush_acks()
             if not cast(int, sock.get(_EVENTS)) & _POLLIN:
                 return  # nothing more: asking costs 2 us, a failed read 5 us (pyzmq builds an exception)
 
@@ -701,9 +702,9 @@ class Node:
             self._refuse(source, "a node message from a peer that did not say hello")
             return
         if envelope.is_reply:
-            self._resolve(envelope, message, source)
+            self._settle.resolve(envelope, message, source)
         elif isinstance(message, Ack):
-            self._on_ack(message, source)
+            self._settle.acked(message, source, time.monotonic())
         elif isinstance(message, NodeHeartbeat):
             pass  # the stamp was refreshed on arrival
         else:
@@ -763,7 +764,7 @@ class Node:
 
     def _answer(self, node_id: str, corr: int, message: Message) -> None:
         if node_id == self.node_id:
-            self._resolve(Envelope(sender=self.node_id, target=NODE, seq=0, correlation_id=corr, is_reply=True),
+            self._settle.resolve(Envelope(sender=self.node_id, target=NODE, seq=0, correlation_id=corr, is_reply=True),
                           message)
         else:
             self._send_node(node_id, message, correlation_id=corr, is_reply=True)
@@ -782,10 +783,10 @@ class Node:
             self._release_lines()
         for name, node_id in changes.moved:
             for sender in self._outbound.senders_of(name):
-                self._rehome(sender, name, node_id)
+                self._settle.rehome(sender, name, node_id)
         for name, reason, detail in changes.down:
             self._streams.forget_target(name)
-            self._fail_target(name, reason, detail)
+            self._settle.target_down(name, reason, detail)
             self._on_down(name, reason, detail)
         wires = self._wires
         for node_id in changes.left:
@@ -798,10 +799,6 @@ class Node:
             for identity in self._line_gate.forget(node_id):
                 wires.router_of.pop(identity, None)
             wires.drop_link(node_id, keep_socket=node_id == self._root_id)
-
-    def _answerer(self, pending: PendingAsk) -> str | None:
-        """The node whose reply resolves ``pending``: the root for node requests, else the target's host."""
-        return self._root_id if pending.target == ROOT else self._view.host_of(pending.target)
 
     def _refuse(self, peer: str, what: str) -> None:
         """Drop what ``peer`` sent: logged the first time per (peer, reason), counted after that."""
@@ -849,95 +846,6 @@ class Node:
             peers=len(self._known_peers), refused=sum(self._refusals.values()), gaps=self._streams.gaps,
             errors=errors)
 
-    def _rehome(self, sender: str, target: str, node_id: str) -> None:
-        """``target`` moved to ``node_id`` (a takeover): re-send all it has not handled."""
-        again = self._outbound.rehome(sender, target, node_id, self._renumber)
-        if again is None:
-            return
-        self._queue(node_id, again)
-        self._notify_changed()
-        self._log.info("actor moved; re-sending unhandled messages", target=target, node=node_id, count=len(again))
-
-    def _renumber(self, record: bytes, seq: int) -> bytes:
-        (envelope, message), = self._codec.decode_batch(self._codec.join_records([record]))[0]
-        return self._codec.encode_record(msgspec.structs.replace(envelope, seq=seq), message)
-
-    def _fail_target(self, name: str, reason: DownReason, detail: str) -> None:
-        error = ActorDead(name, reason, detail)
-        for sender, pair in self._outbound.down(name):
-            if pair.unacked:
-                # A clean stop reports its own unhandled messages on the receiving
-                # side (the acks of the last ones may simply still be in flight);
-                # after a death nobody else can tell, so the sender says it.
-                kinds = dict(collections.Counter(self._codec.kind_of_record(record) for record in pair.unacked))
-                report = self._log.debug if reason is DownReason.EXITED else self._log.error
-                report("messages not confirmed as handled before the target went down", sender=sender,
-                       target=name, reason=reason.value, count=len(pair.unacked), kinds=kinds)
-            with pair.cond:
-                pair.cond.notify_all()
-        for pending in self._asks.of_target(name):
-            self._finish_ask(pending, error)
-
-    def _on_ack(self, ack: Ack, source: str) -> None:
-        refused, freed = self._outbound.acked(ack.entries, source, time.monotonic())
-        for target in refused:
-            self._refuse(source, f"an ack for {target!r}, which that node does not host")
-        for pair in freed:
-            with pair.cond:
-                pair.cond.notify_all()
-        if self._out.closing:
-            self._notify_changed()  # close() waits for the last acks
-
-    def _flush_acks(self) -> None:
-        handled = self._outbox.take_acks()
-        if not handled:
-            return
-        for source, entries in self._streams.acks(handled).items():
-            self._send_node(source, Ack(entries=[AckEntry(sender=sender, target=target, received=received,
-                                                          handled=done)
-                                                 for sender, target, received, done in entries]))
-
-    # -- replies and deadlines -----------------------------------------
-
-    def _resolve(self, envelope: Envelope, message: Message, source: str | None = None) -> None:
-        """A reply to one of our asks; ``source`` is the node it came from (None: this one)."""
-        verdict, pending = self._asks.match(envelope.correlation_id, source, self._answerer)
-        if verdict is Match.UNKNOWN:
-            self._log.debug("late or unknown reply dropped", corr=envelope.correlation_id,
-                            sender=envelope.sender, kind=type(message).wire_tag())
-            return
-        assert pending is not None
-        if verdict is Match.WRONG_NODE:
-            # Replies are matched on (node, correlation id): a correlation id alone is guessable.
-            self._refuse(source or self.node_id,
-                         f"a reply to an ask it was not sent (correlation id {envelope.correlation_id})")
-            return
-        if isinstance(message, ErrorReply) and pending.target != ROOT:
-            self._finish_ask(pending, RemoteError(pending.target, message.code, message.message))
-            return
-        if not self._asks.settle(pending):
-            return
-        try:
-            pending.on_reply(envelope, message)
-        except Exception:
-            self._log.exception("reply callback failed", corr=envelope.correlation_id)
-
-    def _finish_ask(self, pending: PendingAsk, error: Exception) -> None:
-        if not self._asks.settle(pending):
-            return
-        try:
-            pending.on_failure(pending.correlation_id, error)
-        except Exception:
-            self._log.exception("failure callback failed", corr=pending.correlation_id)
-
-    def _expire_asks(self, now: float) -> None:
-        for pending in self._asks.expired(now):
-            self._finish_ask(pending, AskTimeout(pending.target, pending.kind, pending.timeout))
-
-    def _fail_all_asks(self, error: Exception) -> None:
-        for pending in self._asks.all():
-            self._finish_ask(pending, error)
-
     # -- liveness -------------------------------------------------------
 
     def _beat(self, now: float) -> None:
@@ -948,11 +856,4 @@ class Node:
             self._incoming.unpark(now, self._staleness)
         if self._line_gate.held:
             self._carry_out(self._line_gate.expired(now, self._staleness))
-        self._retransmit(now)
-
-    def _retransmit(self, now: float) -> None:
-        for pair, again in self._outbound.due(now, self.config.scaled(self.config.retransmit_after)):
-            self._queue(pair.node_id, again)
-            self._log.info("re-sending messages not acknowledged", target=pair.target, count=len(again))
-
-
+        self._settle.retransmit(now, self.config.scaled(self.config.retransmit_after))
