@@ -171,16 +171,19 @@ def test_what_was_handled_is_acked_in_one_message_per_peer() -> None:
 def test_a_stream_with_no_progress_is_sent_again_and_a_moved_target_gets_it_renumbered() -> None:
     node = _Node()
     stream = node.outbound.open("me", "worker/1", "b", 0.0, 0)
-    records = [CODEC.encode_record(Envelope(sender="me", target="worker/1", seq=seq), Throttle()) for seq in (1, 2)]
+    records = [CODEC.encode_record(Envelope(sender="me", target="worker/1", seq=seq, wall_ns=seq), Throttle())
+               for seq in (1, 2)]
     for seq, record in enumerate(records, 1):
         stream.append(seq, record)
     node.settle.retransmit(0.5, after=1.0)
     assert list(node.outbox.take_records()) == []
     node.settle.retransmit(1.5, after=1.0)
     assert list(node.outbox.take_records()) == [("b", records)]
-    node.settle.rehome("me", "worker/1", "c")
+    node.settle.acked(Ack(entries=[AckEntry(sender="me", target="worker/1", received=2, handled=1)]), "b", 1.6)
+    node.settle.rehome("me", "worker/1", "c")  # the first was handled: the second is the new node's first
     (to, again), = list(node.outbox.take_records())
-    assert to == "c" and [CODEC.decode_batch(CODEC.join_records([r]))[0][0][0].seq for r in again] == [1, 2]
+    (envelope, message), = CODEC.decode_batch(CODEC.join_records(again))[0]
+    assert to == "c" and (envelope.seq, envelope.wall_ns) == (1, 2) and isinstance(message, Throttle)
     assert node.changed == 1
 
 
