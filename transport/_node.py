@@ -13,8 +13,12 @@ One I/O thread owns every ZeroMQ socket of the process::
 
 * Sending threads never touch a socket: they encode, take send credit, append
   to the peer's outbox and wake the I/O thread through an eventfd only when it
-  sleeps (``Outgoing``, transport/node/_send.py: the left column above; the
-  rest of this module is the I/O thread).
+  sleeps (``Outgoing``, transport/node/_send.py: the left column above).
+* The I/O thread's parts: ``Wires`` (transport/node/_wires.py) holds the sockets
+  and sends on them, ``Incoming`` (_receive.py) takes what arrives record by
+  record, ``Settlement`` (_settle.py) settles asks and streams and owes acks,
+  and the roles (_root.py, _member.py) keep the node protocol.  This module
+  composes them: it runs the loop, reads the clock and carries out effects.
 * Several messages for one peer leave as one ZeroMQ message of 2N frames.
 * Actors of the same process never touch a socket either: ``send`` hands the
   message straight to the target's mailbox (the "inproc" route).
@@ -243,7 +247,7 @@ class Node:
                                     bind_tcp=bind_tcp, watch_links=self.is_root, prefer_tcp=settings().prefer_tcp,
                                     log=self._log)
         self._run_dir = RunDir(run_id, self.node_id)
-        endpoints = [self._run_dir.endpoint, *wires.endpoints]
+        endpoints = [self._run_dir.endpoint, *wires.tcp_endpoints]
         self._run_dir.bind(wires.router)
         self._send_router, self._send_node = wires.send_router, wires.send_node
         public = self._security.public.decode() if self._security.curve and self._security.public else None

@@ -73,7 +73,7 @@ class Wires:
         self.poller: zmq.Poller | None = None  # the I/O thread's, once it runs
         self.nodes: dict[str, NodeInfo] = {}  # the view's table (see meet)
         self._hello: Hello | None = None
-        self.endpoints: list[str] = []
+        self.tcp_endpoints: list[str] = []  # the tcp router's, once bound (the ipc one is the run dir's)
         if bind_tcp is not None:
             if security.curve:
                 self.zap = factory.context.socket(zmq.REP)
@@ -86,7 +86,7 @@ class Wires:
             except zmq.ZMQError as exc:
                 self.close()
                 raise ConfigError(f"cannot bind {bind_tcp}: {exc}") from None
-            self.endpoints.append(self.tcp_router.getsockopt_string(zmq.LAST_ENDPOINT))
+            self.tcp_endpoints.append(self.tcp_router.getsockopt_string(zmq.LAST_ENDPOINT))
             if security.curve:
                 self.monitor = self.tcp_router.get_monitor_socket(
                     zmq.EVENT_HANDSHAKE_FAILED_NO_DETAIL | zmq.EVENT_HANDSHAKE_FAILED_PROTOCOL
