@@ -21,6 +21,16 @@ from typing import Any
 
 import msgspec
 
+from actorwire.actors.control._endings import (
+    CASCADE_S,
+    AwaitRestart,
+    End,
+    Resume,
+    WatchCascade,
+    after_loss,
+    after_restart_wait,
+    unrecoverable,
+)
 from actorwire.actors.control._groups import NO_GENERATOR, ROUNDS, GroupFormation
 from actorwire.actors.control._ledger import (
     EWMA,
@@ -95,8 +105,6 @@ from actorwire.messages.kinds import (
 )
 from actorwire.transport import ActorDead, UnknownActor
 from actorwire.transport.internal import InvalidArgument
-
-_CASCADE_S = 5.0  # every rank lost within this long: a launcher stopped them, not deaths of their own
 
 
 def _phased(fn: Callable[[Coordinator, Any, Context], None]) -> Callable[[Coordinator, Any, Context], None]:
@@ -546,7 +554,7 @@ class Coordinator(Actor):
                                         f"{self.settings.reduce_stall_timeout:g} s by rank(s) {waiting} "
                                         f"(phase {self.phase}, epoch {self.epoch})")
         if self._ending is not None and self.phase in (Phase.RUNNING, Phase.FINISHING) \
-                and now - self._ending[2] >= _CASCADE_S:
+                and now - self._ending[2] >= CASCADE_S:
             reason, detail, _ = self._ending
             self._ending = None
             self._save_and_shutdown(ctx, self._unrecoverable() or reason, detail)  # not every rank went
@@ -661,34 +669,21 @@ class Coordinator(Actor):
         if self.settings.backend == "nccl":
             self._tell_all(ctx, DeclareDead(rank=r.rank))
         self.losses.died(ctx.now())
-        reason = self._unrecoverable()
-        if reason is not None:
-            detail = (f"rank {r.rank} lost in epoch {self.epoch} ({why}); {len(self.alive())} rank(s) left, "
-                      f"{self.failures} lost in all")
-            recent = self.losses.recent(ctx.now(), _CASCADE_S)
-            if reason is SaveReason.ALL_RANKS_LOST and self.settings.restart_wait > 0:
-                self._ending = None
-                self._await_restart(ctx, detail)
-                return
-            if self.settings.restart_wait > 0 and reason in (SaveReason.SINGLE_SURVIVOR, SaveReason.TOO_FEW_RANKS):
-                # Too few left to go on, but a launcher that restarts the whole group stops the rest
-                # within a second (torchrun's agent): if they all go, it is a restart, not the end.
-                # Decided _CASCADE_S after the first such death (a lone NCCL survivor saved at once,
-                # and the restarted group found the run over: the simulator with --torchrun).
-                if self._ending is None:
-                    self._ending = (reason, detail, ctx.now())
-                    ctx.log.warning("too few ranks left; waiting to see whether the launcher restarts them all",
-                                    reason=reason.value, wait_s=_CASCADE_S)
-                return
-            if reason is SaveReason.ALL_RANKS_LOST and len(recent) >= 2 and len(recent) == len(self.ranks):
-                # Every rank within seconds of the first: not deaths of their own but a launcher that
-                # stops every worker when one dies (torchrun's agent does): no survivor to go on with.
-                detail += (f"; all {len(recent)} ranks were lost within {ctx.now() - recent[0]:.1f} s: the launcher "
-                           f"stopped the survivors (torchrun's agent stops every worker when one dies); to recover, "
-                           f"run torchrun with --max-restarts N and the coordinator with --restart-wait SECONDS "
-                           f"and --checkpoint-every 1, or launch with srun, ssh or ActorSystem.launch "
-                           f"(docs/multinode.md)")
-            self._save_and_shutdown(ctx, reason, detail)
+        verdict = after_loss(self.settings, rank=r.rank, epoch=self.epoch, why=why, alive=len(self.alive()),
+                             failures=self.failures, world=len(self.ranks),
+                             recent=self.losses.recent(ctx.now(), CASCADE_S), now=ctx.now())
+        if isinstance(verdict, AwaitRestart):
+            self._ending = None
+            self._await_restart(ctx, verdict.detail)
+            return
+        if isinstance(verdict, WatchCascade):
+            if self._ending is None:
+                self._ending = (verdict.reason, verdict.detail, ctx.now())
+                ctx.log.warning("too few ranks left; waiting to see whether the launcher restarts them all",
+                                reason=verdict.reason.value, wait_s=CASCADE_S)
+            return
+        if isinstance(verdict, End):
+            self._save_and_shutdown(ctx, verdict.reason, verdict.detail)
             return
         survivors = self.alive()
         if remainder and self.phase is Phase.RUNNING and self.epoch >= 0:
@@ -723,24 +718,12 @@ class Coordinator(Actor):
         """Resume once every rank is back; at ``restart_wait``, with those back if they are enough."""
         back = [r for r in self.roster.reachable() if r.waiting]
         since = self._restart_since if self._restart_since is not None else now
-        if len(back) >= self.settings.world_size:
-            self._resume(ctx, back)
-        elif now - since >= self.settings.restart_wait:
-            if back and len(back) < 2 and self.settings.backend == "nccl" and self.settings.world_size > 1:
-                # NCCL forms no group of one: a lone rank back would train on alone (simulator
-                # --torchrun seed 11398: a restarted rank died again, one came back in time).
-                self._save_and_shutdown(ctx, SaveReason.SINGLE_SURVIVOR,
-                                        f"every rank was lost in epoch {self.epoch} and only rank "
-                                        f"{back[0].rank} came back within restart_wait "
-                                        f"{self.settings.restart_wait:g} s: an NCCL group needs two")
-            elif back and len(back) >= self.settings.min_world_size:
-                self._resume(ctx, back)
-            else:
-                self._save_and_shutdown(ctx, SaveReason.ALL_RANKS_LOST,
-                                        f"every rank was lost in epoch {self.epoch} and {len(back)} of "
-                                        f"{self.settings.world_size} came back within restart_wait "
-                                        f"{self.settings.restart_wait:g} s (min_world_size "
-                                        f"{self.settings.min_world_size})")
+        verdict = after_restart_wait(self.settings, back=back, ranks=[r.rank for r in back], epoch=self.epoch,
+                                     waited=now - since)
+        if isinstance(verdict, Resume):
+            self._resume(ctx, verdict.back)
+        elif isinstance(verdict, End):
+            self._save_and_shutdown(ctx, verdict.reason, verdict.detail)
 
     def _resume(self, ctx: Context, back: list[RankState]) -> None:
         """The model died with the ranks: the run goes back to the last checkpoint (or its start)
@@ -768,16 +751,7 @@ class Coordinator(Actor):
         self._dispatch_epoch(ctx, epoch)
 
     def _unrecoverable(self) -> SaveReason | None:
-        alive = len(self.alive())
-        if self.failures >= self.settings.max_failures:
-            return SaveReason.MAX_FAILURE_EXCEEDED
-        if alive == 0:
-            return SaveReason.ALL_RANKS_LOST
-        if alive < self.settings.min_world_size:
-            return SaveReason.TOO_FEW_RANKS  # min_world_size holds for the whole run, not only its start
-        if self.settings.backend == "nccl" and alive < 2:
-            return SaveReason.SINGLE_SURVIVOR
-        return None
+        return unrecoverable(self.settings, alive=len(self.alive()), failures=self.failures)
 
     # -- re-rendezvous: survivors re-form the process group -------------------
 

@@ -1,0 +1,120 @@
+"""What losing ranks means for a run, as decisions on the coordinator's counts and settings.
+
+After a death the run goes on with the survivors, or it cannot: too many failures, too few ranks
+(``min_world_size`` holds for the whole run), a lone NCCL survivor, or none.  Launchers differ in what
+comes next.  torchrun's agent stops every worker when one dies and, with ``--max-restarts``, starts
+them all again: with ``restart_wait`` the coordinator waits for the new incarnations instead of
+ending the run, and a death that leaves too few is first watched for ``CASCADE_S`` (if the others go
+too it is such a restart, not the end).  Once every rank was lost, the restarted ranks resume the
+run when all are back, or at ``restart_wait`` with those back if they are enough.
+
+These are pure functions (no messages, no clock reads: ``now`` comes in), so each rule is a unit
+test (tests/actors/test_endings.py); the coordinator carries the verdicts out.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Sequence
+from typing import Generic, TypeVar
+
+from actorwire.actors.control._ledger import CoordinatorConfig
+from actorwire.messages.kinds import SaveReason
+
+CASCADE_S = 5.0  # every rank lost within this long: a launcher stopped them, not deaths of their own
+
+T = TypeVar("T")
+
+
+@dataclasses.dataclass(frozen=True)
+class AwaitRestart:
+    """Every rank is lost and the launcher may start them again: wait ``restart_wait`` for them."""
+
+    detail: str
+
+
+@dataclasses.dataclass(frozen=True)
+class WatchCascade:
+    """Too few ranks left, but the rest may be about to go (a launcher restarting the whole group):
+    decide ``CASCADE_S`` after the first such death."""
+
+    reason: SaveReason
+    detail: str
+
+
+@dataclasses.dataclass(frozen=True)
+class End:
+    """The run cannot go on: save and shut down with ``reason``."""
+
+    reason: SaveReason
+    detail: str
+
+
+@dataclasses.dataclass(frozen=True)
+class Resume(Generic[T]):
+    """The restarted ranks ``back`` take the run up again."""
+
+    back: list[T]
+
+
+def unrecoverable(settings: CoordinatorConfig, *, alive: int, failures: int) -> SaveReason | None:
+    """Why the run cannot go on with ``alive`` ranks after ``failures`` losses, or None."""
+    if failures >= settings.max_failures:
+        return SaveReason.MAX_FAILURE_EXCEEDED
+    if alive == 0:
+        return SaveReason.ALL_RANKS_LOST
+    if alive < settings.min_world_size:
+        return SaveReason.TOO_FEW_RANKS  # min_world_size holds for the whole run, not only its start
+    if settings.backend == "nccl" and alive < 2:
+        return SaveReason.SINGLE_SURVIVOR
+    return None
+
+
+def after_loss(settings: CoordinatorConfig, *, rank: int, epoch: int, why: str, alive: int, failures: int,
+               world: int, recent: Sequence[float], now: float) -> AwaitRestart | WatchCascade | End | None:
+    """What the loss of ``rank`` in ``epoch`` means, ``alive`` ranks left of the ``world`` that ran,
+    ``failures`` lost in all, ``recent`` the times of the deaths within ``CASCADE_S``: None to go on."""
+    reason = unrecoverable(settings, alive=alive, failures=failures)
+    if reason is None:
+        return None
+    detail = (f"rank {rank} lost in epoch {epoch} ({why}); {alive} rank(s) left, "
+              f"{failures} lost in all")
+    if reason is SaveReason.ALL_RANKS_LOST and settings.restart_wait > 0:
+        return AwaitRestart(detail)
+    if settings.restart_wait > 0 and reason in (SaveReason.SINGLE_SURVIVOR, SaveReason.TOO_FEW_RANKS):
+        # Too few left to go on, but a launcher that restarts the whole group stops the rest
+        # within a second (torchrun's agent): if they all go, it is a restart, not the end.
+        # Decided CASCADE_S after the first such death (a lone NCCL survivor saved at once,
+        # and the restarted group found the run over: the simulator with --torchrun).
+        return WatchCascade(reason, detail)
+    if reason is SaveReason.ALL_RANKS_LOST and len(recent) >= 2 and len(recent) == world:
+        # Every rank within seconds of the first: not deaths of their own but a launcher that
+        # stops every worker when one dies (torchrun's agent does): no survivor to go on with.
+        detail += (f"; all {len(recent)} ranks were lost within {now - recent[0]:.1f} s: the launcher "
+                   f"stopped the survivors (torchrun's agent stops every worker when one dies); to recover, "
+                   f"run torchrun with --max-restarts N and the coordinator with --restart-wait SECONDS "
+                   f"and --checkpoint-every 1, or launch with srun, ssh or ActorSystem.launch "
+                   f"(docs/multinode.md)")
+    return End(reason, detail)
+
+
+def after_restart_wait(settings: CoordinatorConfig, *, back: list[T], ranks: Sequence[int], epoch: int,
+                       waited: float) -> Resume[T] | End | None:
+    """Every rank was lost in ``epoch``; ``back`` (their ranks ``ranks``) came back after ``waited``
+    seconds: resume once all are back, or at ``restart_wait`` with those back if they are enough;
+    None to wait on."""
+    if len(back) >= settings.world_size:
+        return Resume(back)
+    if waited < settings.restart_wait:
+        return None
+    if back and len(back) < 2 and settings.backend == "nccl" and settings.world_size > 1:
+        # NCCL forms no group of one: a lone rank back would train on alone (simulator
+        # --torchrun seed 11398: a restarted rank died again, one came back in time).
+        return End(SaveReason.SINGLE_SURVIVOR,
+                   f"every rank was lost in epoch {epoch} and only rank {ranks[0]} came back within "
+                   f"restart_wait {settings.restart_wait:g} s: an NCCL group needs two")
+    if back and len(back) >= settings.min_world_size:
+        return Resume(back)
+    return End(SaveReason.ALL_RANKS_LOST,
+               f"every rank was lost in epoch {epoch} and {len(back)} of {settings.world_size} came back "
+               f"within restart_wait {settings.restart_wait:g} s (min_world_size {settings.min_world_size})")

@@ -1,0 +1,107 @@
+"""What losing ranks means for a run (actors/control/_endings.py): each rule as a unit test, no
+coordinator, no clock."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from actorwire.actors.control._endings import (
+    AwaitRestart,
+    End,
+    Resume,
+    WatchCascade,
+    after_loss,
+    after_restart_wait,
+    unrecoverable,
+)
+from actorwire.actors.control._ledger import CoordinatorConfig
+from actorwire.messages.kinds import SaveReason
+
+
+def _settings(**kw: Any) -> CoordinatorConfig:
+    return CoordinatorConfig(**{"world_size": 3, "run_id": "r", "num_epochs": 2, "dataset_size": 30, **kw})
+
+
+@pytest.mark.parametrize("kw, alive, failures, reason", [
+    ({}, 2, 1, None),
+    ({"max_failures": 1}, 2, 1, SaveReason.MAX_FAILURE_EXCEEDED),  # the first reason wins
+    ({}, 0, 3, SaveReason.ALL_RANKS_LOST),
+    ({"min_world_size": 3}, 2, 1, SaveReason.TOO_FEW_RANKS),  # for the whole run, not only its start
+    ({"backend": "nccl"}, 1, 2, SaveReason.SINGLE_SURVIVOR),
+    ({"backend": "gloo"}, 1, 2, None),  # gloo trains on alone
+])
+def test_why_a_run_cannot_go_on(kw: dict[str, Any], alive: int, failures: int, reason: SaveReason | None) -> None:
+    assert unrecoverable(_settings(**kw), alive=alive, failures=failures) is reason
+
+
+def _loss(settings: CoordinatorConfig, alive: int, recent: list[float], now: float = 10.0) -> Any:
+    return after_loss(settings, rank=1, epoch=4, why="dead: status -9", alive=alive, failures=3 - alive,
+                      world=3, recent=recent, now=now)
+
+
+def test_the_run_goes_on_while_enough_are_left() -> None:
+    assert _loss(_settings(), alive=2, recent=[10.0]) is None
+
+
+def test_every_rank_lost_without_restart_wait_ends_the_run_and_says_which_ranks_and_epoch() -> None:
+    verdict = _loss(_settings(), alive=0, recent=[1.0])
+    assert verdict == End(SaveReason.ALL_RANKS_LOST,
+                          "rank 1 lost in epoch 4 (dead: status -9); 0 rank(s) left, 3 lost in all")
+
+
+def test_every_rank_lost_at_once_is_named_a_launcher_that_stopped_the_survivors() -> None:
+    """torchrun's agent stops every worker when one dies: the line says how to get recovery."""
+    verdict = _loss(_settings(), alive=0, recent=[9.0, 9.2, 9.6])
+    assert isinstance(verdict, End) and verdict.reason is SaveReason.ALL_RANKS_LOST
+    assert "all 3 ranks were lost within 1.0 s: the launcher stopped the survivors" in verdict.detail
+    assert "--max-restarts N" in verdict.detail and "--restart-wait SECONDS" in verdict.detail
+    assert "within" not in _loss(_settings(), alive=0, recent=[9.6]).detail  # one death alone is not that
+
+
+def test_every_rank_lost_with_restart_wait_waits_for_the_launcher() -> None:
+    verdict = _loss(_settings(restart_wait=30.0), alive=0, recent=[9.0, 9.2, 9.6])
+    assert verdict == AwaitRestart("rank 1 lost in epoch 4 (dead: status -9); 0 rank(s) left, 3 lost in all")
+
+
+@pytest.mark.parametrize("kw, alive, reason", [
+    ({"backend": "nccl"}, 1, SaveReason.SINGLE_SURVIVOR),
+    ({"min_world_size": 3}, 2, SaveReason.TOO_FEW_RANKS),
+])
+def test_too_few_left_with_restart_wait_is_watched_before_the_run_ends(kw: dict[str, Any], alive: int,
+                                                                       reason: SaveReason) -> None:
+    """The rest may be about to go (a whole-group restart): the coordinator decides CASCADE_S later."""
+    verdict = _loss(_settings(restart_wait=30.0, **kw), alive=alive, recent=[10.0])
+    assert isinstance(verdict, WatchCascade) and verdict.reason is reason
+    assert isinstance(_loss(_settings(**kw), alive=alive, recent=[10.0]), End)  # no restart_wait: at once
+
+
+def test_too_many_failures_end_the_run_even_with_restart_wait() -> None:
+    verdict = _loss(_settings(restart_wait=30.0, max_failures=1), alive=2, recent=[10.0])
+    assert isinstance(verdict, End) and verdict.reason is SaveReason.MAX_FAILURE_EXCEEDED
+
+
+def test_the_restarted_ranks_resume_once_all_are_back() -> None:
+    assert after_restart_wait(_settings(restart_wait=30.0), back=["a", "b", "c"], ranks=[0, 1, 2], epoch=4,
+                              waited=1.0) == Resume(["a", "b", "c"])
+    assert after_restart_wait(_settings(restart_wait=30.0), back=["a", "b"], ranks=[0, 1], epoch=4,
+                              waited=29.9) is None
+
+
+def test_at_restart_wait_those_back_resume_if_they_are_enough() -> None:
+    settings = _settings(restart_wait=30.0, min_world_size=2)
+    assert after_restart_wait(settings, back=["a", "b"], ranks=[0, 1], epoch=4, waited=30.0) == Resume(["a", "b"])
+    verdict = after_restart_wait(settings, back=["a"], ranks=[0], epoch=4, waited=30.0)
+    assert verdict == End(SaveReason.ALL_RANKS_LOST, "every rank was lost in epoch 4 and 1 of 3 came back within "
+                                                     "restart_wait 30 s (min_world_size 2)")
+
+
+def test_a_lone_rank_back_is_no_nccl_group() -> None:
+    verdict = after_restart_wait(_settings(restart_wait=30.0, backend="nccl"), back=["b"], ranks=[1], epoch=4,
+                                 waited=31.0)
+    assert verdict == End(SaveReason.SINGLE_SURVIVOR, "every rank was lost in epoch 4 and only rank 1 came back "
+                                                      "within restart_wait 30 s: an NCCL group needs two")
+    # gloo trains on with one
+    assert after_restart_wait(_settings(restart_wait=30.0), back=["b"], ranks=[1], epoch=4,
+                              waited=31.0) == Resume(["b"])
