@@ -26,9 +26,11 @@ from actorwire.actors.control._endings import (
     AwaitRestart,
     End,
     Resume,
+    Start,
     WatchCascade,
     after_loss,
     after_restart_wait,
+    before_start,
     unrecoverable,
 )
 from actorwire.actors.control._groups import NO_GENERATOR, ROUNDS, GroupFormation
@@ -481,29 +483,22 @@ class Coordinator(Actor):
         c = self.settings
         alive = self.roster.in_run
         waiting = c.world_size - len(self.ranks) - sum(1 for k in self.losses.at_start if k not in self.ranks)
-        restarting = (c.restart_wait > 0 and self._restart_since is not None
-                      and ctx.now() - self._restart_since < c.restart_wait)
-        if restarting and alive < c.world_size:
-            return  # the launcher starts every rank again: the run starts once all are back (or at the wait's end)
-        if alive + waiting < c.min_world_size and c.restart_wait > 0 and (
-                self._restart_since is None or ctx.now() - self._restart_since < c.restart_wait):
-            # A launcher that stops every worker when one dies (torchrun) starts them all again:
-            # before the run started, they simply join again.  Waited for up to restart_wait.
+        verdict = before_start(c, alive=alive, waiting=waiting, lost=self.losses.at_start,
+                               restart_since=self._restart_since, now=ctx.now())
+        if verdict is Start.HOLD:
+            return
+        if verdict is Start.WAIT_FOR_LAUNCHER:
             if self._restart_since is None:
                 self._restart_since = ctx.now()
                 ctx.log.warning("too few ranks left before the start; waiting for the launcher to start them again",
                                 wait_s=c.restart_wait, lost=sorted(self.losses.at_start))
             return
-        if alive + waiting < c.min_world_size:
-            lost = "; ".join(f"rank {k} {why}" for k, why in sorted(self.losses.at_start.items()))
-            self._save_and_shutdown(ctx, SaveReason.TOO_FEW_RANKS,
-                                    f"{lost}; {alive} of {c.world_size} ranks joined and {waiting} may still, "
-                                    f"fewer than min_world_size {c.min_world_size} (phase joining)")
-        elif waiting == 0 and alive:
-            self._restart_since = None
+        if isinstance(verdict, End):
+            self._save_and_shutdown(ctx, verdict.reason, verdict.detail)
+            return
+        self._restart_since = None  # no longer waiting for a restart
+        if verdict is Start.BEGIN:
             self._begin(ctx)
-        else:
-            self._restart_since = None  # enough may still come: no longer waiting for a restart
 
     def _begin(self, ctx: Context) -> None:
         self._move(Event.ALL_IN)

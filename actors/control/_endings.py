@@ -8,6 +8,11 @@ ending the run, and a death that leaves too few is first watched for ``CASCADE_S
 too it is such a restart, not the end).  Once every rank was lost, the restarted ranks resume the
 run when all are back, or at ``restart_wait`` with those back if they are enough.
 
+Before the start, a rank lost while the others join is left out, and the run starts with those that
+joined once no more may come, unless fewer than ``min_world_size`` ever can: then, with
+``restart_wait``, the launcher may be starting them all again (they simply join again), else the run
+ends.
+
 These are pure functions (no messages, no clock reads: ``now`` comes in), so each rule is a unit
 test (tests/actors/test_endings.py); the coordinator carries the verdicts out.
 """
@@ -15,7 +20,8 @@ test (tests/actors/test_endings.py); the coordinator carries the verdicts out.
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+import enum
+from collections.abc import Mapping, Sequence
 from typing import Generic, TypeVar
 
 from actorwire.actors.control._ledger import CoordinatorConfig
@@ -55,6 +61,36 @@ class Resume(Generic[T]):
     """The restarted ranks ``back`` take the run up again."""
 
     back: list[T]
+
+
+class Start(enum.Enum):
+    """What the joins so far mean for the start (:func:`before_start`)."""
+
+    BEGIN = "begin"  # every rank joined or was lost, and enough joined
+    WAIT_FOR_JOINS = "wait for joins"  # enough may still come
+    WAIT_FOR_LAUNCHER = "wait for the launcher"  # too few can come now: wait restart_wait for a restart
+    HOLD = "hold"  # a restart is under way: the run starts once all are back (or at the wait's end)
+
+
+def before_start(settings: CoordinatorConfig, *, alive: int, waiting: int, lost: Mapping[int, str],
+                 restart_since: float | None, now: float) -> Start | End:
+    """``alive`` ranks joined and ``waiting`` may still; ``lost`` the ranks lost before the start
+    and why; ``restart_since`` when the wait for a launcher's restart began (None: not waiting)."""
+    restarting = settings.restart_wait > 0 and restart_since is not None and now - restart_since < settings.restart_wait
+    if restarting and alive < settings.world_size:
+        return Start.HOLD
+    if alive + waiting < settings.min_world_size:
+        if settings.restart_wait > 0 and (restart_since is None or now - restart_since < settings.restart_wait):
+            # A launcher that stops every worker when one dies (torchrun) starts them all again:
+            # before the run started, they simply join again.  Waited for up to restart_wait.
+            return Start.WAIT_FOR_LAUNCHER
+        why = "; ".join(f"rank {k} {reason}" for k, reason in sorted(lost.items()))
+        return End(SaveReason.TOO_FEW_RANKS,
+                   f"{why}; {alive} of {settings.world_size} ranks joined and {waiting} may still, "
+                   f"fewer than min_world_size {settings.min_world_size} (phase joining)")
+    if waiting == 0 and alive:
+        return Start.BEGIN
+    return Start.WAIT_FOR_JOINS
 
 
 def unrecoverable(settings: CoordinatorConfig, *, alive: int, failures: int) -> SaveReason | None:

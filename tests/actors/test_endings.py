@@ -11,9 +11,11 @@ from actorwire.actors.control._endings import (
     AwaitRestart,
     End,
     Resume,
+    Start,
     WatchCascade,
     after_loss,
     after_restart_wait,
+    before_start,
     unrecoverable,
 )
 from actorwire.actors.control._ledger import CoordinatorConfig
@@ -105,3 +107,36 @@ def test_a_lone_rank_back_is_no_nccl_group() -> None:
     # gloo trains on with one
     assert after_restart_wait(_settings(restart_wait=30.0), back=["b"], ranks=[1], epoch=4,
                               waited=31.0) == Resume(["b"])
+
+
+def _start(settings: CoordinatorConfig, alive: int, waiting: int, since: float | None = None,
+           now: float = 100.0) -> Any:
+    return before_start(settings, alive=alive, waiting=waiting, lost={2: "exited before it joined"},
+                        restart_since=since, now=now)
+
+
+def test_the_run_begins_once_every_rank_joined_or_was_lost_and_waits_while_enough_may_come() -> None:
+    assert _start(_settings(), alive=3, waiting=0) is Start.BEGIN
+    assert _start(_settings(), alive=2, waiting=0) is Start.BEGIN  # rank 2 lost before the start: left out
+    assert _start(_settings(), alive=1, waiting=1) is Start.WAIT_FOR_JOINS
+    assert isinstance(_start(_settings(), alive=0, waiting=0), End)  # nobody to start with
+
+
+def test_too_few_ever_to_start_ends_the_run_and_names_the_ranks_lost() -> None:
+    verdict = _start(_settings(min_world_size=3), alive=1, waiting=1)
+    assert verdict == End(SaveReason.TOO_FEW_RANKS, "rank 2 exited before it joined; 1 of 3 ranks joined and 1 may "
+                                                    "still, fewer than min_world_size 3 (phase joining)")
+
+
+def test_too_few_before_the_start_with_restart_wait_waits_for_the_launcher_until_the_wait_ends() -> None:
+    settings = _settings(min_world_size=3, restart_wait=30.0)
+    assert _start(settings, alive=1, waiting=1) is Start.WAIT_FOR_LAUNCHER  # the wait starts now
+    assert _start(settings, alive=1, waiting=1, since=90.0) is Start.HOLD  # a restart is under way
+    assert isinstance(_start(settings, alive=1, waiting=1, since=60.0), End)  # waited 40 s of 30
+
+
+def test_a_restart_under_way_holds_the_start_until_every_rank_is_back() -> None:
+    settings = _settings(restart_wait=30.0)
+    assert _start(settings, alive=2, waiting=0, since=90.0) is Start.HOLD
+    assert _start(settings, alive=3, waiting=0, since=90.0) is Start.BEGIN
+    assert _start(settings, alive=2, waiting=0, since=60.0) is Start.BEGIN  # at the wait's end, with those back
