@@ -13,18 +13,37 @@ import re
 import subprocess
 import sys
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 import structlog
 from hypothesis import HealthCheck, settings
 
 from actorwire.actors import ActorSystem, RuntimeConfig
+from actorwire.messages.runtime import NodeInfo
 from actorwire.transport import _log
 from actorwire.transport._settings import reload_settings
 
 #: The tests folder (helpers and data live here) and the repository root.
 TESTS = pathlib.Path(__file__).resolve().parent
 ROOT = TESTS.parent
+
+
+
+def node_info(node_id: str) -> NodeInfo:
+    """A node's identity for the transport's machine tests (nothing ever connects to its endpoint)."""
+    return NodeInfo(node_id=node_id, endpoints=[f"ipc:///tmp/{node_id}"], host="h", pid=1)
+
+
+class RecordingLog:
+    """A stand-in for a node's logger: every call kept as ``(level, event, fields)``."""
+
+    def __init__(self) -> None:
+        self.lines: list[tuple[str, str, dict[str, Any]]] = []
+
+    def __getattr__(self, level: str) -> Any:
+        return lambda event, **fields: self.lines.append((level, event, fields))
+
 
 settings.register_profile(
     "ci", max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow]

@@ -7,21 +7,19 @@ calls on its receive path.
 
 from __future__ import annotations
 
+from conftest import node_info
+
 from actorwire.messages import PROTOCOL_VERSION, Envelope
-from actorwire.messages.runtime import NodeInfo, RegistryUpdate, Welcome
+from actorwire.messages.runtime import RegistryUpdate, Welcome
 from actorwire.transport._delivery import InStreams
 from actorwire.transport._membership import Parking, View
 from actorwire.transport.node._inbound import Inbound, Step
 
 
-def _info(node_id: str) -> NodeInfo:
-    return NodeInfo(node_id=node_id, endpoints=[f"ipc:///tmp/{node_id}"], host="h", pid=1)
-
-
 def _member(window: int = 4, max_streams: int = 8) -> Inbound:
     """A member's rules: the root hosts "coordinator", node "b" hosts "worker/1"."""
-    view = View(_info("a"), run_id="r", is_root=False)
-    view.welcomed(Welcome(protocol_version=PROTOCOL_VERSION, run_id="r", root_node_id="root", nodes={"root": _info("root"), "b": _info("b")},
+    view = View(node_info("a"), run_id="r", is_root=False)
+    view.welcomed(Welcome(protocol_version=PROTOCOL_VERSION, run_id="r", root_node_id="root", nodes={"root": node_info("root"), "b": node_info("b")},
                           names={"coordinator": "root", "worker/1": "b"}))
     return Inbound(view, InStreams(window, max_streams), Parking(window))
 

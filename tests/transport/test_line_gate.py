@@ -5,10 +5,11 @@ the node's I/O thread calls for every message a line brings."""
 from __future__ import annotations
 
 import pytest
+from conftest import node_info
 
 from actorwire.messages import PROTOCOL_VERSION, Codec, Envelope
 from actorwire.messages.kinds import Throttle
-from actorwire.messages.runtime import Hello, NodeInfo, RegistryUpdate, Welcome
+from actorwire.messages.runtime import Hello, RegistryUpdate, Welcome
 from actorwire.transport._lines import HeldLines
 from actorwire.transport._membership import View
 from actorwire.transport.node import _line_gate
@@ -18,24 +19,20 @@ from actorwire.transport.node._line_gate import NO_HELLO, NOT_A_MEMBER, LineGate
 CODEC = Codec()
 
 
-def _info(node_id: str) -> NodeInfo:
-    return NodeInfo(node_id=node_id, endpoints=[f"ipc:///tmp/{node_id}"], host="h", pid=1)
-
-
 def _gate(*, root: bool = False, **kwargs: object) -> LineGate:
     """Node "a" of run "r"; its view knows the root and node "b"."""
     if root:
-        view = View(_info("root"), run_id="r", is_root=True)
-        view.nodes["b"] = _info("b")
+        view = View(node_info("root"), run_id="r", is_root=True)
+        view.nodes["b"] = node_info("b")
         return LineGate("root", view, CODEC, is_root=True, **kwargs)  # type: ignore[arg-type]
-    view = View(_info("a"), run_id="r", is_root=False)
+    view = View(node_info("a"), run_id="r", is_root=False)
     view.welcomed(Welcome(protocol_version=PROTOCOL_VERSION, run_id="r", root_node_id="root",
-                          nodes={"root": _info("root"), "b": _info("b")}, names={"worker/1": "b"}))
+                          nodes={"root": node_info("root"), "b": node_info("b")}, names={"worker/1": "b"}))
     return LineGate("a", view, CODEC, is_root=False, **kwargs)  # type: ignore[arg-type]
 
 
 def _hello(node: str, run_id: str = "r") -> list[bytes]:
-    hello = Hello(protocol_version=PROTOCOL_VERSION, run_id=run_id, node=_info(node))
+    hello = Hello(protocol_version=PROTOCOL_VERSION, run_id=run_id, node=node_info(node))
     return CODEC.encode(Envelope(sender=node, target="", seq=0), hello)
 
 
@@ -106,7 +103,7 @@ def test_a_member_holds_a_line_from_a_node_it_does_not_know_yet_and_reads_it_in_
     assert gate.receive("c\x1f1", _asks(2, sender="~c/1"), 0.2) == []
     assert gate.held and gate.peers == {}
     assert gate.release(0.3) == []  # no update named it yet
-    gate.view.apply(RegistryUpdate(nodes={"c": _info("c")}))
+    gate.view.apply(RegistryUpdate(nodes={"c": node_info("c")}))
     takes = gate.release(0.4)
     assert [[e.correlation_id for e, _ in t.pairs] for t in takes if isinstance(t, Take)] == [[1], [2]]
     assert gate.peers == {"c\x1f1": "c"} and not gate.held

@@ -5,9 +5,10 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
+from conftest import node_info
 
 from actorwire.messages import PROTOCOL_VERSION, DownReason
-from actorwire.messages.runtime import Hello, NodeInfo, RegistryUpdate, Welcome
+from actorwire.messages.runtime import Hello, RegistryUpdate, Welcome
 from actorwire.transport._membership import HelloRefused, Parking, View
 
 SECRET = "run-7f3a"
@@ -18,22 +19,18 @@ class _Env:
     sender: str
 
 
-def _info(node_id: str) -> NodeInfo:
-    return NodeInfo(node_id=node_id, endpoints=[f"ipc:///tmp/{node_id}"], host="h", pid=1)
-
-
 def _hello(node_id: str, *, run_id: str = SECRET, version: int = PROTOCOL_VERSION) -> Hello:
-    return Hello(protocol_version=version, run_id=run_id, node=_info(node_id))
+    return Hello(protocol_version=version, run_id=run_id, node=node_info(node_id))
 
 
 def _root() -> View:
-    return View(_info("root"), run_id=SECRET, is_root=True)
+    return View(node_info("root"), run_id=SECRET, is_root=True)
 
 
 def _member() -> View:
-    view = View(_info("m1"), run_id=SECRET, is_root=False)
+    view = View(node_info("m1"), run_id=SECRET, is_root=False)
     view.welcomed(Welcome(protocol_version=PROTOCOL_VERSION, run_id=SECRET, root_node_id="root",
-                          nodes={"root": _info("root"), "m2": _info("m2")},
+                          nodes={"root": node_info("root"), "m2": node_info("m2")},
                           names={"coordinator": "root", "worker/2": "m2"},
                           heartbeat_interval=0.5, staleness_timeout=3.0))
     return view
@@ -139,7 +136,7 @@ def test_what_a_removed_name_sent_before_it_went_down_is_still_its_holders() -> 
 def test_a_name_taken_over_moves_and_is_no_longer_gone() -> None:
     view = _member()
     view.apply(RegistryUpdate(removed=["worker/2"], reasons={"worker/2": DownReason.DEAD}))
-    changes = view.apply(RegistryUpdate(nodes={"m3": _info("m3")}, added={"worker/2": "m3"}))
+    changes = view.apply(RegistryUpdate(nodes={"m3": node_info("m3")}, added={"worker/2": "m3"}))
     assert changes.moved == []  # it was removed first: nothing is left to follow it
     assert "worker/2" not in view.gone and view.host_of("worker/2") == "m3"
     assert view.speaks_for("m3", "worker/2")
@@ -147,7 +144,7 @@ def test_a_name_taken_over_moves_and_is_no_longer_gone() -> None:
 
 def test_a_name_moved_without_removal_is_reported_as_moved() -> None:
     view = _member()
-    changes = view.apply(RegistryUpdate(nodes={"m3": _info("m3")}, added={"worker/2": "m3",
+    changes = view.apply(RegistryUpdate(nodes={"m3": node_info("m3")}, added={"worker/2": "m3",
                                                                           "worker/3": "m3"}))
     assert changes.moved == [("worker/2", "m3")]
 

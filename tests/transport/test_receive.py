@@ -10,10 +10,11 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from conftest import RecordingLog, node_info
 
 from actorwire.messages import PROTOCOL_VERSION, Codec, Envelope, Message
 from actorwire.messages.kinds import ErrorCode, ErrorReply, Throttle
-from actorwire.messages.runtime import NodeInfo, RegistryUpdate, Welcome
+from actorwire.messages.runtime import RegistryUpdate, Welcome
 from actorwire.transport._delivery import InStreams
 from actorwire.transport._membership import Parking, View
 from actorwire.transport.node._outbox import Outbox
@@ -22,27 +23,15 @@ from actorwire.transport.node._receive import Incoming
 CODEC = Codec()
 
 
-def _info(node_id: str) -> NodeInfo:
-    return NodeInfo(node_id=node_id, endpoints=[f"ipc:///tmp/{node_id}"], host="h", pid=1)
-
-
-class _Log:
-    def __init__(self) -> None:
-        self.lines: list[tuple[str, str, dict[str, Any]]] = []
-
-    def __getattr__(self, level: str) -> Any:
-        return lambda event, **fields: self.lines.append((level, event, fields))
-
-
 class _Node:
     """An Incoming of member "a" (the root hosts "coordinator", node "b" hosts "worker/1"; "sink"
     runs here) and what it asked of the driver."""
 
     def __init__(self, window: int = 4, bulk: bool = False) -> None:
         self.now = 100.0
-        self.view = View(_info("a"), run_id="r", is_root=False)
+        self.view = View(node_info("a"), run_id="r", is_root=False)
         self.view.welcomed(Welcome(protocol_version=PROTOCOL_VERSION, run_id="r", root_node_id="root",
-                                   nodes={"root": _info("root"), "b": _info("b")},
+                                   nodes={"root": node_info("root"), "b": node_info("b")},
                                    names={"coordinator": "root", "worker/1": "b", "sink": "a"}))
         self.view.peers.add("b")
         self.delivered: list[tuple[str, int]] = []
@@ -53,7 +42,7 @@ class _Node:
         self.expelled: list[tuple[str, str]] = []
         self.replies: list[tuple[str, Envelope, str | None, Message]] = []
         self.outbox = Outbox(lambda: None)
-        self.log = _Log()
+        self.log = RecordingLog()
         local = {"sink": lambda envelope, message, source, line: self.delivered.append((source, envelope.seq))}
         many = {"sink": lambda run: self.runs.append([envelope.seq for envelope, _, _ in run])} if bulk else {}
         self.incoming = Incoming(

@@ -7,10 +7,11 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from conftest import RecordingLog, node_info
 
 from actorwire.messages import PROTOCOL_VERSION, Codec, Envelope, Message
 from actorwire.messages.kinds import DownReason, ErrorCode, ErrorReply, Throttle
-from actorwire.messages.runtime import Ack, AckEntry, NodeInfo, Welcome
+from actorwire.messages.runtime import Ack, AckEntry, Welcome
 from actorwire.transport._asks import ROOT, Asks, PendingAsk
 from actorwire.transport._delivery import InStreams
 from actorwire.transport._errors import ActorDead, AskTimeout, RemoteError, SystemClosed
@@ -22,25 +23,13 @@ from actorwire.transport.node._settle import Settlement
 CODEC = Codec()
 
 
-def _info(node_id: str) -> NodeInfo:
-    return NodeInfo(node_id=node_id, endpoints=[f"ipc:///tmp/{node_id}"], host="h", pid=1)
-
-
-class _Log:
-    def __init__(self) -> None:
-        self.lines: list[tuple[str, str, dict[str, Any]]] = []
-
-    def __getattr__(self, level: str) -> Any:
-        return lambda event, **fields: self.lines.append((level, event, fields))
-
-
 class _Node:
     """Member "a" of a run whose root hosts "coordinator" and node "b" "worker/1"."""
 
     def __init__(self) -> None:
-        view = View(_info("a"), run_id="r", is_root=False)
+        view = View(node_info("a"), run_id="r", is_root=False)
         view.welcomed(Welcome(protocol_version=PROTOCOL_VERSION, run_id="r", root_node_id="root",
-                              nodes={"root": _info("root"), "b": _info("b")},
+                              nodes={"root": node_info("root"), "b": node_info("b")},
                               names={"coordinator": "root", "worker/1": "b"}))
         self.asks, self.outbound, self.outbox = Asks(), Outbound(window=8), Outbox(lambda: None)
         self.streams = InStreams(8)
@@ -48,7 +37,7 @@ class _Node:
         self.sent: list[tuple[str, Message]] = []
         self.changed = 0
         self.closing = False
-        self.log = _Log()
+        self.log = RecordingLog()
         self.outcomes: dict[int, Any] = {}
 
         def changed() -> None:
