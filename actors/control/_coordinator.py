@@ -40,8 +40,6 @@ from actorwire.actors.control._ledger import (
     META_SCHEMA,
     CoordinatorConfig,
     RankState,
-    add_metrics,
-    aggregate,
     join_refusal,
     remaining_slices,
     shares,
@@ -50,6 +48,7 @@ from actorwire.actors.control._ledger import (
 from actorwire.actors.control._losses import Losses
 from actorwire.actors.control._outcome import Checkpointed, CoordinatorEffects, RunOutcome, outcome_of
 from actorwire.actors.control._phases import ACCEPTED, Event, Phase, next_phase
+from actorwire.actors.control._reports import EpochReports, summary
 from actorwire.actors.control._roles import Roles
 from actorwire.actors.control._roster import Roster
 from actorwire.actors.control._routes import RelayFan, Relays
@@ -69,7 +68,6 @@ from actorwire.messages.kinds import (
     DownReason,
     EpochAggregated,
     EpochFnElapsed,
-    EpochMetrics,
     EvalBroadcast,
     EvalResult,
     Evicted,
@@ -179,7 +177,8 @@ class Coordinator(Actor):
         #: The ranks, by number and by name, and who of them is in the run (``_roster.Roster``).
         self.roster = Roster(self.sync.recheck)
         self.ranks = self.roster.ranks
-        self.metrics: dict[int, dict[int, MetricsMsg]] = {}
+        #: Each epoch's reports by rank, and the aggregates of the epochs that ended (``_reports.EpochReports``).
+        self.reports = EpochReports()
         #: Who runs evals, checkpoints and the epoch callback, and when they are due (``_roles.Roles``).
         self.roles = Roles(self.settings.eval_every, self.settings.checkpoint_every)
         self.saved: SaveReason | None = None
@@ -188,7 +187,6 @@ class Coordinator(Actor):
         self.groups = GroupFormation(self.settings.rendezvous_timeout)
         #: The model signature every join must match: the settings', else the first join's.
         self._signature = ""
-        self.history: list[EpochMetrics] = []
         self.started_at = 0.0
         #: When the silence of the ranks was last checked (``_check_silence``; not at every tick).
         self._silence_checked = float("-inf")
@@ -339,10 +337,9 @@ class Coordinator(Actor):
                 said.append(self.sync_said)
         else:  # (while one is, its end tells every rank the global step)
             said.append(SetGlobalStep(global_step=self.global_step))
-        if self.history:
-            h = self.history[-1]
-            said.append(EpochAggregated(metrics=EpochMetrics(epoch=h.epoch, avg_loss=h.avg_loss,
-                                                             epoch_ms=h.epoch_ms, scalars=h.scalars)))
+        last = self.reports.last()
+        if last is not None:
+            said.append(EpochAggregated(metrics=last))
         if self.roles.final_eval_pending and self.roles.eval == r.rank and self._final_eval_said is not None:
             said.append(self._final_eval_said)
         return said
@@ -727,8 +724,7 @@ class Coordinator(Actor):
         epoch = resume.version if resume is not None else 0
         lost_in = self.epoch
         self.global_step = resume.global_step if resume is not None else 0
-        self.history = [h for h in self.history if h.epoch < epoch]
-        self.metrics = {e: v for e, v in self.metrics.items() if e < epoch}
+        self.reports.rewind(epoch)
         self.sync.reseed()  # the first sync seeds the model from one rank (all loaded the same)
         self.groups.restarted()
         self.roles.restarted()
@@ -939,7 +935,7 @@ class Coordinator(Actor):
                 self._maybe_sync(ctx)  # a throttled rank holds the gate no longer
         reported = False
         for r, told in mine:  # as if the rank told them: the phase decides
-            if isinstance(told, MetricsMsg) and self._taken_already(told):
+            if isinstance(told, MetricsMsg) and self.reports.told_again(r, told):
                 continue
             if type(told) not in self._taken:
                 self._refuse(told, ctx)
@@ -1111,16 +1107,12 @@ class Coordinator(Actor):
 
     @handler
     def on_metrics(self, msg: MetricsMsg, ctx: Context) -> None:
-        if self._taken_already(msg):
+        if self.reports.told_again(self.ranks.get(msg.rank), msg):
             return  # told again after its relay died, in whatever phase: it was counted
         if MetricsMsg not in self._taken:
             self._refuse(msg, ctx)
             return
         self._metrics(ctx, self._from_rank(ctx, msg.rank), msg)
-
-    def _taken_already(self, msg: MetricsMsg) -> bool:
-        r = self.ranks.get(msg.rank)
-        return bool(msg.seq) and r is not None and msg.seq <= r.metrics_seq
 
     def _metrics(self, ctx: Context, r: RankState | None, msg: MetricsMsg, *, settle: bool = True) -> bool:
         """``r``'s report, told by the rank or through its relay; one told again (its ``seq`` taken
@@ -1128,20 +1120,10 @@ class Coordinator(Actor):
         epoch's end is due, unless ``settle`` is False: a relay's report looks once, after all its
         ranks' reports (per entry, the two looks were 1.6 of 2.4 us at 10,000 ranks).  Returns
         whether the report was taken."""
-        if r is None:
+        if r is None or not self.reports.take(r, msg, self.epoch):
             return False
-        if msg.seq:
-            if msg.seq <= r.metrics_seq:
-                return False
-            r.metrics_seq = msg.seq
         if msg.step_count and r.alive:
             _count_batch(r, None, msg.step_count)  # its last batches, a relay may still hold
-        per_epoch = self.metrics.setdefault(msg.epoch, {})
-        previous = per_epoch.get(msg.rank)
-        per_epoch[msg.rank] = msg if previous is None else add_metrics(previous, msg)
-        r.reported_epoch = max(r.reported_epoch, msg.epoch)
-        if msg.epoch == self.epoch:
-            r.ext_done += msg.extensions
         if settle:
             self._maybe_sync(ctx)
             self._maybe_aggregate(ctx)
@@ -1150,22 +1132,19 @@ class Coordinator(Actor):
     def _maybe_aggregate(self, ctx: Context) -> None:
         if self.phase is not Phase.RUNNING or self.epoch < 0 or self.saved or self._ending is not None:
             return  # (while too few are left, nothing moves: the run ends or restarts)
-        reports = self.metrics.get(self.epoch, {})
         alive = self.alive()
-        if len(reports) < len(alive) or not all(r.rank in reports and r.ext_done >= r.ext_sent for r in alive):
+        if not self.reports.complete(self.epoch, alive):
             return  # a rank has not reported, or still works on a dead rank's remainder
         if self.sync.in_progress:
             return  # the epoch ends once its last batches are in the model: the sync's end comes back here
         if any(r.steps_since_sync for r in alive):
             self._arm_sync(ctx)  # an epoch is over when it is in every rank's model, not before
             return
-        metrics = aggregate(self.epoch, reports, max(self.ranks) + 1)
-        self.history.append(metrics)
+        metrics = self.reports.close(self.epoch, max(self.ranks) + 1)
         # The ranks get the summary; the per-rank lists go to the metrics sink only.  Broadcast whole,
         # the aggregate is O(N) bytes to each of N ranks: at 10,000 ranks (bench scale) encoding it
         # took the coordinator 19 s of every 20 and the records held gigabytes until acknowledged.
-        self._tell_all(ctx, EpochAggregated(metrics=EpochMetrics(epoch=metrics.epoch, avg_loss=metrics.avg_loss,
-                                                                 epoch_ms=metrics.epoch_ms, scalars=metrics.scalars)))
+        self._tell_all(ctx, EpochAggregated(metrics=summary(metrics)))
         self._sink(ctx, metrics)
         if self.epoch + 1 < self.settings.num_epochs:
             self._dispatch_epoch(ctx, self.epoch + 1)
@@ -1234,7 +1213,7 @@ class Coordinator(Actor):
     def outcome(self) -> RunOutcome:
         """How the run ended, for a launcher's last line and exit status (read once the actor stopped)."""
         finished = sorted(r.rank for r in self.ranks.values() if r.alive and r.exited)
-        return outcome_of(self.settings, len(self.history), self.saved, self.saved_detail, self.losses, finished)
+        return outcome_of(self.settings, len(self.reports.history), self.saved, self.saved_detail, self.losses, finished)
 
     def _meta(self, reason: SaveReason, ctx: Context) -> dict[str, Any]:
         return {

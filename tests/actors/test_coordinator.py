@@ -762,14 +762,14 @@ def test_epoch_waits_for_a_handed_over_remainder() -> None:
     batch(h, 1, 5)
     h.down("worker/1", m.DownReason.DEAD)  # ...when rank 1 dies with 25 samples left
     metrics(h, 2, 0)
-    assert h.actor.epoch == 0 and not h.actor.history  # the remainder is still being trained on
+    assert h.actor.epoch == 0 and not h.actor.reports.history  # the remainder is still being trained on
     h.deliver(m.MetricsMsg(rank=0, epoch=0, avg_loss=0.4, batches_processed=13, epoch_ms=10.0, samples_processed=13,
                            extensions=1), sender="worker/0")
-    assert not h.actor.history  # rank 2's share of the remainder is not reported yet
+    assert not h.actor.reports.history  # rank 2's share of the remainder is not reported yet
     h.deliver(m.MetricsMsg(rank=2, epoch=0, avg_loss=0.4, batches_processed=12, epoch_ms=10.0, samples_processed=12,
                            extensions=1), sender="worker/2")
-    assert [e.epoch for e in h.actor.history] == [0] and h.actor.epoch == 1
-    assert h.actor.history[0].per_rank_samples == [43, 0, 42]
+    assert [e.epoch for e in h.actor.reports.history] == [0] and h.actor.epoch == 1
+    assert h.actor.reports.history[0].per_rank_samples == [43, 0, 42]
 
 
 def test_a_failed_session_is_formed_again() -> None:
@@ -857,7 +857,7 @@ def _state(h: ActorHarness) -> tuple:
     c = h.actor
     return (c.phase, c.epoch, c.global_step, c.sync.cycle, c.sync.armed_at, dict(c.sync.quota), c.roles.pending_eval,
             [(r.rank, r.steps_since_sync, r.total_steps, r.epoch_steps, r.reported_epoch, r.ms_per_batch)
-             for r in c.ranks.values()], {e: dict(v) for e, v in c.metrics.items()})
+             for r in c.ranks.values()], {e: dict(v) for e, v in c.reports.by_epoch.items()})
 
 
 @pytest.mark.parametrize("report", [
@@ -1088,7 +1088,7 @@ def test_a_group_restarted_by_its_launcher_resumes_from_the_last_checkpoint_and_
         assert reply == m.JoinAccepted(rank=rank, world_size=3, resume_from="/ck/epoch-1.pt", resume_epoch=1)
     assert h.actor.phase.value == "running"
     assert h.actor.global_step == 90  # the steps of epoch 1 died with the ranks: trained again
-    assert [e.epoch for e in h.actor.history] == [0]
+    assert [e.epoch for e in h.actor.reports.history] == [0]
     out = h.take()
     plans = {s.target: s.message.epoch for s in out if isinstance(s.message, m.StartEpoch) and s.target != "main"}
     assert plans == {"worker/0": 1, "worker/1": 1, "worker/2": 1}
@@ -1116,7 +1116,7 @@ def test_a_restart_without_a_checkpoint_starts_the_run_over() -> None:
     for rank in range(3):
         assert h.ask(m.JoinRequest(rank=rank, world_size=3, run_id=RUN, model_signature="sig"),
                      sender=f"worker/{rank}") == m.JoinAccepted(rank=rank, world_size=3)
-    assert h.actor.global_step == 0 and h.actor.history == [] and h.actor.epoch == 0
+    assert h.actor.global_step == 0 and h.actor.reports.history == [] and h.actor.epoch == 0
 
 
 def test_a_restart_that_does_not_come_ends_the_run_at_restart_wait_saying_so() -> None:

@@ -364,7 +364,7 @@ def test_a_relayed_ack_and_epoch_report_count_as_the_ranks_own_and_a_forged_one_
                             losses=[0.5] * 4, metrics=reports), sender="relay/a")
     out = h.take()
     assert [s.message.messages[0] for s in out if isinstance(s.message, m.Fanout)] == [m.SyncNow(cycle=cycle + 1)]
-    assert sorted(h.actor.metrics[0]) == [0, 1]
+    assert sorted(h.actor.reports.by_epoch[0]) == [0, 1]
     assert h.actor.refused[("relay_report", "reports for ranks that did not name it as their relay")] == 2
 
 
@@ -375,7 +375,7 @@ def test_a_report_told_again_after_the_relay_died_is_counted_once_in_any_phase()
                         step_count=1, seq=1)
     h.deliver(m.RelayReport(metrics=[once]), sender="relay/a")
     h.deliver(once, sender="worker/0")  # sent again: the rank does not know whether the relay passed it on
-    assert h.actor.metrics[0][0] == once and h.actor.ranks[0].metrics_seq == 1
+    assert h.actor.reports.by_epoch[0][0] == once and h.actor.ranks[0].metrics_seq == 1
     assert not h.actor.refused_from_live
 
 
@@ -464,6 +464,6 @@ def test_a_worker_behind_a_live_relay_hears_the_coordinator_through_it_and_finis
     assert worker.protocol.relay == "relay/h0" and coordinator.ranks[0].relay == "relay/h0"
     worker.finish()
     assert epochs == [0, 1, 2]
-    assert [h.epoch for h in coordinator.history] == [0, 1, 2]
-    assert sum(coordinator.history[-1].per_rank_samples) == 32
+    assert [h.epoch for h in coordinator.reports.history] == [0, 1, 2]
+    assert sum(coordinator.reports.history[-1].per_rank_samples) == 32
     assert not coordinator.refused_from_live and not coordinator.relays.dead

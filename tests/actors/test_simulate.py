@@ -164,7 +164,7 @@ def test_a_clean_exit_is_never_a_death() -> None:
 
 def test_a_hard_death_mid_epoch_hands_its_rest_to_the_survivors() -> None:
     sim = _run([Fault("kill", _mid_epoch(), 1)])
-    assert sim.coordinator.failures == 1 and len(sim.coordinator.history) == sim.epochs
+    assert sim.coordinator.failures == 1 and len(sim.coordinator.reports.history) == sim.epochs
 
 
 def test_a_rank_dead_before_it_joined_is_not_waited_for() -> None:
@@ -179,12 +179,12 @@ def test_a_stop_shorter_than_the_staleness_timeout_is_not_a_death() -> None:
 
 def test_a_stop_longer_than_the_staleness_timeout_is_a_death_and_the_run_goes_on() -> None:
     sim = _run([Fault("pause_long", _mid_epoch(), 0, duration=7.0)])
-    assert sim.coordinator.failures == 1 and len(sim.coordinator.history) == sim.epochs
+    assert sim.coordinator.failures == 1 and len(sim.coordinator.reports.history) == sim.epochs
 
 
 def test_two_deaths_at_once_leave_a_survivor_that_finishes() -> None:
     sim = _run([Fault("kill_two", _mid_epoch(), 0, other=1)])
-    assert sim.coordinator.failures == 2 and len(sim.coordinator.history) == sim.epochs
+    assert sim.coordinator.failures == 2 and len(sim.coordinator.reports.history) == sim.epochs
 
 
 def test_a_slow_rank_is_not_dead() -> None:

@@ -118,7 +118,7 @@ def _check(self: Simulation) -> None:
 def _check_epochs(self: Simulation) -> None:
     """Every sample of every aggregated epoch trained, and no sample by two live ranks."""
     c = self.coordinator
-    for metrics in c.history:
+    for metrics in c.reports.history:
         epoch = metrics.epoch
         trained = [r.trained.get(epoch, set()) for r in self.incarnations]
         covered = set().union(*trained)
@@ -166,7 +166,7 @@ def _check_model(self: Simulation) -> None:
         if id(r) not in final:
             lost.update(r.model.delta)
             twice.update(r.unacked)
-    for metrics in self.coordinator.history:
+    for metrics in self.coordinator.reports.history:
         epoch = metrics.epoch
         for i in range(self.dataset):
             n = holds[(epoch, i)]
@@ -192,8 +192,8 @@ def _check_end(self: Simulation) -> None:
         self._fail(f"the coordinator stopped without Shutdown or ShutdownWithSave (phase {c.phase})")
     if isinstance(self.ended, m.ShutdownWithSave) and not self.ended.detail:
         self._fail(f"ShutdownWithSave({self.ended.reason.value}) without a detail")
-    if isinstance(self.ended, m.Shutdown) and len(c.history) != self.epochs:
-        self._fail(f"Shutdown after {len(c.history)} of {self.epochs} epochs")
+    if isinstance(self.ended, m.Shutdown) and len(c.reports.history) != self.epochs:
+        self._fail(f"Shutdown after {len(c.reports.history)} of {self.epochs} epochs")
     self._check_epochs()
     if self.backend == "nccl" and isinstance(self.ended, m.Shutdown):
         started = next((t for t, msg in self.sunk if isinstance(msg, m.StartEpoch)), None)

@@ -152,7 +152,7 @@ class Simulation:
             self.ended, m.Shutdown) else (
             self.ended.reason.value if isinstance(self.ended, m.ShutdownWithSave) else "none")
         detail = self.ended.detail if isinstance(self.ended, m.ShutdownWithSave) else ""
-        return Outcome(self.seed, reason, detail, self.ended_at or self.now, len(self.coordinator.history),
+        return Outcome(self.seed, reason, detail, self.ended_at or self.now, len(self.coordinator.reports.history),
                        self.faults, self.messages)
 
     # What a run does, by concern, in the modules beside this one: each function takes the
