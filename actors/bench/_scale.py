@@ -271,7 +271,7 @@ def run_one(workers: int, *, relay: bool, processes: int, epochs: int, seconds_p
                 elif "error" in row:
                     print(f"  scale: {row['error']}", file=progress)
         lost = [r for r, st in coordinator.ranks.items() if not st.alive and not st.exited]
-        complete = len(arrived) == epochs and not lost and coordinator.saved is None
+        complete = len(arrived) == epochs and not lost and coordinator.end.saved is None
     cores = cpu / wall if wall else 0.0
     nominal_ms = seconds_per_epoch * 1000
     slowest = max(epoch_ms) if epoch_ms else float("inf")

@@ -26,6 +26,7 @@ from actorwire.actors.control._endings import (
     AwaitRestart,
     End,
     Resume,
+    RunEnd,
     Start,
     WatchCascade,
     after_loss,
@@ -46,7 +47,7 @@ from actorwire.actors.control._ledger import (
     split_slices,
 )
 from actorwire.actors.control._losses import Losses
-from actorwire.actors.control._outcome import Checkpointed, CoordinatorEffects, RunOutcome, outcome_of
+from actorwire.actors.control._outcome import CoordinatorEffects, RunOutcome, outcome_of
 from actorwire.actors.control._phases import ACCEPTED, Event, Phase, next_phase
 from actorwire.actors.control._reports import EpochReports, summary
 from actorwire.actors.control._roles import Roles
@@ -181,8 +182,9 @@ class Coordinator(Actor):
         self.reports = EpochReports()
         #: Who runs evals, checkpoints and the epoch callback, and when they are due (``_roles.Roles``).
         self.roles = Roles(self.settings.eval_every, self.settings.checkpoint_every)
-        self.saved: SaveReason | None = None
-        self.shutdown_at: float | None = None
+        #: How far the run is from its end: why it cannot go on, what the ranks were told and when,
+        #: a whole-group restart watched for or waited for (``_endings.RunEnd``).
+        self.end = RunEnd()
         #: Forming the process group again after a loss or a rejoin (``_groups.GroupFormation``).
         self.groups = GroupFormation(self.settings.rendezvous_timeout)
         #: The model signature every join must match: the settings', else the first join's.
@@ -192,20 +194,10 @@ class Coordinator(Actor):
         self._silence_checked = float("-inf")
         #: Ranks lost before and while the run went on, and how; those that rejoined; the restarts.
         self.losses = Losses()
-        self.saved_detail = ""
-        #: The last checkpoint written (with a path): what a restarted group resumes from.
-        self.checkpoint: Checkpointed | None = None
-        self._checkpoint_steps: dict[int, int] = {}  # version -> the global step its model holds
-        #: Since when every rank is lost and the run waits for them to be started again (``restart_wait``).
-        self._restart_since: float | None = None
-        #: Too few ranks left (and restart_wait set): the end this would be, why, and since when.
-        self._ending: tuple[SaveReason, str, float] | None = None
         #: Relays the ranks named (watched), and those that died: their ranks are told directly.
         self.relays = Relays()
         #: What was told last that a rank behind a relay that died is told again (``_state_of``).
         self.sync_said: SyncNow | None = None
-        self._final_eval_said: ExecuteEval | None = None
-        self._end_message: Shutdown | ShutdownWithSave | None = None
 
     def config(self) -> dict[str, Any]:
         return dict(self._config_kwargs)
@@ -326,7 +318,7 @@ class Coordinator(Actor):
         and the end of the run."""
         said: list[Message] = []
         if self.phase is Phase.STOPPING:
-            return [self._end_message] if self._end_message is not None else []
+            return [self.end.message] if self.end.message is not None else []
         if self.epoch >= 0 and r.slices and not r.waiting:
             offset, size = r.plan
             said.append(StartEpoch(epoch=self.epoch, partition_offset=offset, partition_size=size))
@@ -340,8 +332,8 @@ class Coordinator(Actor):
         last = self.reports.last()
         if last is not None:
             said.append(EpochAggregated(metrics=last))
-        if self.roles.final_eval_pending and self.roles.eval == r.rank and self._final_eval_said is not None:
-            said.append(self._final_eval_said)
+        if self.roles.final_eval_pending and self.roles.eval == r.rank and self.roles.final_eval_said is not None:
+            said.append(self.roles.final_eval_said)
         return said
 
     def _sink(self, ctx: Context, message: Message) -> None:
@@ -398,8 +390,8 @@ class Coordinator(Actor):
         reason = join_refusal(self.settings, msg, started=self.phase is not Phase.JOINING and not rejoin and not taken,
                               joined=live,
                               signature=self.settings.model_signature or self._signature)
-        if self.saved is not None:
-            reason = f"the run has ended ({self.saved.value})"
+        if self.end.saved is not None:
+            reason = f"the run has ended ({self.end.saved.value})"
         if reason is not None:
             ctx.log.warning("join refused", rank=msg.rank, reason=reason)
             if ctx.correlation_id:
@@ -428,10 +420,10 @@ class Coordinator(Actor):
         if r.waiting:
             ctx.log.warning("rank rejoined; it gets a share from the next epoch", rank=msg.rank, epoch=self.epoch)
         accepted = JoinAccepted(rank=msg.rank, world_size=self.settings.world_size)
-        if self.phase is Phase.RESTARTING and self.checkpoint is not None:
+        if self.phase is Phase.RESTARTING and self.roles.written is not None:
             # No rank holds the model: each new incarnation loads the last checkpoint before it trains.
             accepted = JoinAccepted(rank=msg.rank, world_size=self.settings.world_size,
-                                    resume_from=self.checkpoint.path, resume_epoch=self.checkpoint.version)
+                                    resume_from=self.roles.written.path, resume_epoch=self.roles.written.version)
         if ctx.correlation_id:
             ctx.reply(accepted)
         self._sink(ctx, accepted)  # the user's view shows the joins as they come
@@ -481,19 +473,19 @@ class Coordinator(Actor):
         alive = self.roster.in_run
         waiting = c.world_size - len(self.ranks) - sum(1 for k in self.losses.at_start if k not in self.ranks)
         verdict = before_start(c, alive=alive, waiting=waiting, lost=self.losses.at_start,
-                               restart_since=self._restart_since, now=ctx.now())
+                               restart_since=self.end.restart_since, now=ctx.now())
         if verdict is Start.HOLD:
             return
         if verdict is Start.WAIT_FOR_LAUNCHER:
-            if self._restart_since is None:
-                self._restart_since = ctx.now()
+            if self.end.restart_since is None:
+                self.end.restart_since = ctx.now()
                 ctx.log.warning("too few ranks left before the start; waiting for the launcher to start them again",
                                 wait_s=c.restart_wait, lost=sorted(self.losses.at_start))
             return
         if isinstance(verdict, End):
             self._save_and_shutdown(ctx, verdict.reason, verdict.detail)
             return
-        self._restart_since = None  # no longer waiting for a restart
+        self.end.restart_since = None  # no longer waiting for a restart
         if verdict is Start.BEGIN:
             self._begin(ctx)
 
@@ -519,7 +511,7 @@ class Coordinator(Actor):
             beat = CoordHeartbeat(seq=msg.count)
             self._broadcast(ctx, self.alive(), beat)
             self._check_silence(ctx, now, self.alive)
-            if self.phase is Phase.JOINING and self._restart_since is not None:
+            if self.phase is Phase.JOINING and self.end.restart_since is not None:
                 self._maybe_begin(ctx)  # ends the run once restart_wait has passed without enough ranks
             if self.phase is Phase.JOINING and now - self.started_at >= self.settings.join_timeout:
                 missing = sorted(set(range(self.settings.world_size)) - set(self.ranks) - set(self.losses.at_start))
@@ -539,23 +531,20 @@ class Coordinator(Actor):
             self._check_rendezvous_timeout(ctx, now)
             self._maybe_reform(ctx)
             armed = self.sync.armed_at
-            if armed is not None and now - armed > self.settings.reduce_stall_timeout and self.saved is None:
+            if armed is not None and now - armed > self.settings.reduce_stall_timeout and self.end.saved is None:
                 waiting = sorted(r.rank for r in self.alive() if r.rank not in self.sync.acked)
                 self._save_and_shutdown(ctx, SaveReason.REDUCE_STALL,
                                         f"sync {self.sync.cycle} not acknowledged within "
                                         f"{self.settings.reduce_stall_timeout:g} s by rank(s) {waiting} "
                                         f"(phase {self.phase}, epoch {self.epoch})")
-        if self._ending is not None and self.phase in (Phase.RUNNING, Phase.FINISHING) \
-                and now - self._ending[2] >= CASCADE_S:
-            reason, detail, _ = self._ending
-            self._ending = None
-            self._save_and_shutdown(ctx, self._unrecoverable() or reason, detail)  # not every rank went
+        if self.phase in (Phase.RUNNING, Phase.FINISHING) and (watched := self.end.watched_out(now)) is not None:
+            self._save_and_shutdown(ctx, self._unrecoverable() or watched.reason, watched.detail)  # not every rank went
         if self.phase is Phase.RESTARTING:
             beat = CoordHeartbeat(seq=msg.count)
             self._broadcast(ctx, self.roster.reachable(), beat)
             self._maybe_resume(ctx, now)
-        if self.phase is Phase.STOPPING and self.shutdown_at is not None:
-            if not self.roster.in_run or now - self.shutdown_at > self.settings.exit_grace:
+        if self.phase is Phase.STOPPING and self.end.told_at is not None:
+            if not self.roster.in_run or now - self.end.told_at > self.settings.exit_grace:
                 ctx.stop()
 
     def _check_silence(self, ctx: Context, now: float, ranks: Callable[[], list[RankState]]) -> None:
@@ -665,12 +654,11 @@ class Coordinator(Actor):
                              failures=self.failures, world=len(self.ranks),
                              recent=self.losses.recent(ctx.now(), CASCADE_S), now=ctx.now())
         if isinstance(verdict, AwaitRestart):
-            self._ending = None
+            self.end.cascade = None
             self._await_restart(ctx, verdict.detail)
             return
         if isinstance(verdict, WatchCascade):
-            if self._ending is None:
-                self._ending = (verdict.reason, verdict.detail, ctx.now())
+            if self.end.watch(verdict, ctx.now()):
                 ctx.log.warning("too few ranks left; waiting to see whether the launcher restarts them all",
                                 reason=verdict.reason.value, wait_s=CASCADE_S)
             return
@@ -698,10 +686,10 @@ class Coordinator(Actor):
 
     def _await_restart(self, ctx: Context, detail: str) -> None:
         self._move(Event.ALL_LOST)
-        self._restart_since = ctx.now()
+        self.end.restart_since = ctx.now()
         self.sync.abandon()
         self.groups.search = None
-        resume = self.checkpoint
+        resume = self.roles.written
         ctx.log.error("every rank lost; waiting for the launcher to start them again", detail=detail,
                       wait_s=self.settings.restart_wait, resume_epoch=resume.version if resume else 0,
                       checkpoint=resume.path if resume else None)
@@ -709,7 +697,7 @@ class Coordinator(Actor):
     def _maybe_resume(self, ctx: Context, now: float) -> None:
         """Resume once every rank is back; at ``restart_wait``, with those back if they are enough."""
         back = [r for r in self.roster.reachable() if r.waiting]
-        since = self._restart_since if self._restart_since is not None else now
+        since = self.end.restart_since if self.end.restart_since is not None else now
         verdict = after_restart_wait(self.settings, back=back, ranks=[r.rank for r in back], epoch=self.epoch,
                                      waited=now - since)
         if isinstance(verdict, Resume):
@@ -720,7 +708,7 @@ class Coordinator(Actor):
     def _resume(self, ctx: Context, back: list[RankState]) -> None:
         """The model died with the ranks: the run goes back to the last checkpoint (or its start)
         and trains every epoch after it again; the new incarnations loaded that checkpoint."""
-        resume = self.checkpoint
+        resume = self.roles.written
         epoch = resume.version if resume is not None else 0
         lost_in = self.epoch
         self.global_step = resume.global_step if resume is not None else 0
@@ -728,7 +716,7 @@ class Coordinator(Actor):
         self.sync.reseed()  # the first sync seeds the model from one rank (all loaded the same)
         self.groups.restarted()
         self.roles.restarted()
-        self._restart_since = None
+        self.end.restart_since = None
         self._move(Event.RESUMED)
         line = (f"every rank was lost in epoch {lost_in} and started again; resumed at epoch {epoch} "
                 + (f"from checkpoint {resume.path}" if resume is not None else "from the start (no checkpoint)"))
@@ -857,17 +845,16 @@ class Coordinator(Actor):
         message = ExecuteEval(schedule_id=self.roles.eval_id(final), epoch=epoch, target_rank=target.rank,
                               final=final)
         if final:
-            self._final_eval_said = message
+            self.roles.final_eval_said = message
         self._tell(ctx, target, message)
 
     def _send_checkpoint(self, ctx: Context, version: int) -> None:
         target = self.ranks.get(self.roles.checkpoint) if self.roles.checkpoint is not None else None
         if target is None or not target.alive:
             return
-        self.roles.checkpoint_tried.add(target.rank)
         # Sent before the epoch's plans: the model it saves is the one every rank holds after the
         # epoch before ``version``, which holds ``global_step`` steps.
-        self._checkpoint_steps = {version: self.global_step}
+        self.roles.checkpoint_asked(target.rank, version, self.global_step)
         self._tell(ctx, target, Checkpoint(version=version, target_rank=target.rank))
 
     # -- reports ----------------------------------------------------------------
@@ -1001,10 +988,7 @@ class Coordinator(Actor):
         if self._from_rank(ctx, msg.rank) is None:
             return
         if msg.error is None:
-            self.roles.checkpoint_done(msg.rank)
-            steps = self._checkpoint_steps.get(msg.version)
-            if msg.path and steps is not None:
-                self.checkpoint = Checkpointed(version=msg.version, path=msg.path, global_step=steps)
+            self.roles.checkpoint_done(msg.rank, msg.version, msg.path)
             return
         retry = self.roles.checkpoint_failed(self.alive())
         ctx.log.warning("checkpoint failed", rank=msg.rank, error=msg.error, retry=retry is not None)
@@ -1025,7 +1009,7 @@ class Coordinator(Actor):
             self._maybe_sync(ctx)  # it holds the gate no longer
 
     def _maybe_sync(self, ctx: Context) -> None:
-        if self.sync.in_progress or self.phase not in (Phase.RUNNING, Phase.FINISHING) or self.saved:
+        if self.sync.in_progress or self.phase not in (Phase.RUNNING, Phase.FINISHING) or self.end.saved:
             return
         if self.sync.fresh and self.groups.search is None and self.epoch >= 0 and any(
                 (r := self.ranks.get(k)) is not None and r.in_run for k in self.sync.fresh):
@@ -1130,7 +1114,7 @@ class Coordinator(Actor):
         return True
 
     def _maybe_aggregate(self, ctx: Context) -> None:
-        if self.phase is not Phase.RUNNING or self.epoch < 0 or self.saved or self._ending is not None:
+        if self.phase is not Phase.RUNNING or self.epoch < 0 or self.end.saved or self.end.cascade is not None:
             return  # (while too few are left, nothing moves: the run ends or restarts)
         alive = self.alive()
         if not self.reports.complete(self.epoch, alive):
@@ -1155,7 +1139,7 @@ class Coordinator(Actor):
     # -- endings --------------------------------------------------------------------
 
     def _maybe_finish(self, ctx: Context) -> None:
-        if self.phase is not Phase.FINISHING or self.saved or self._ending is not None:
+        if self.phase is not Phase.FINISHING or self.end.saved or self.end.cascade is not None:
             return
         alive = self.alive()
         if self.sync.in_progress:
@@ -1188,32 +1172,32 @@ class Coordinator(Actor):
         if roles.final_eval_pending:
             return
         self._move(Event.DONE)
-        self.shutdown_at = ctx.now()
-        self._end_message = Shutdown()
+        self.end.told_at = ctx.now()
+        self.end.message = done = Shutdown()
         # a rank that rejoined during the last epoch leaves too
-        self._broadcast(ctx, self.roster.reachable(), self._end_message)
+        self._broadcast(ctx, self.roster.reachable(), done)
 
     def _save_and_shutdown(self, ctx: Context, reason: SaveReason, detail: str = "") -> None:
-        if self.saved is not None or self.phase is Phase.STOPPING:
+        if self.end.saved is not None or self.phase is Phase.STOPPING:
             return  # never twice, and never after the run ended (a death during the teardown)
-        self.saved = reason
-        self.saved_detail = detail
+        self.end.saved = reason
+        self.end.detail = detail
         ctx.log.error("the run cannot go on; saving and shutting down", reason=reason.value, detail=detail)
         if self.settings.save_stem:  # a file: the effects adapter writes it (nothing is written in replay)
             meta = {**self._meta(reason, ctx), "save_detail": detail}
             ctx.tell(effects_name(ctx.name), WriteMeta(path=f"{self.settings.save_stem}.meta.json",
                                                         text=json.dumps(meta, indent=2, sort_keys=True) + "\n"))
         message = ShutdownWithSave(reason=reason, detail=detail)
-        self._end_message = message
+        self.end.message = message
         self._broadcast(ctx, self.roster.reachable(), message)
         self._sink(ctx, message)  # the user's view of the run says why it ended
         self._move(Event.CANNOT_GO_ON)
-        self.shutdown_at = ctx.now()
+        self.end.told_at = ctx.now()
 
     def outcome(self) -> RunOutcome:
         """How the run ended, for a launcher's last line and exit status (read once the actor stopped)."""
         finished = sorted(r.rank for r in self.ranks.values() if r.alive and r.exited)
-        return outcome_of(self.settings, len(self.reports.history), self.saved, self.saved_detail, self.losses, finished)
+        return outcome_of(self.settings, len(self.reports.history), self.end.saved, self.end.detail, self.losses, finished)
 
     def _meta(self, reason: SaveReason, ctx: Context) -> dict[str, Any]:
         return {

@@ -25,7 +25,7 @@ from collections.abc import Mapping, Sequence
 from typing import Generic, TypeVar
 
 from actorwire.actors.control._ledger import CoordinatorConfig
-from actorwire.messages.kinds import SaveReason
+from actorwire.messages.kinds import SaveReason, Shutdown, ShutdownWithSave
 
 CASCADE_S = 5.0  # every rank lost within this long: a launcher stopped them, not deaths of their own
 
@@ -154,3 +154,36 @@ def after_restart_wait(settings: CoordinatorConfig, *, back: list[T], ranks: Seq
     return End(SaveReason.ALL_RANKS_LOST,
                f"every rank was lost in epoch {epoch} and {len(back)} of {settings.world_size} came back "
                f"within restart_wait {settings.restart_wait:g} s (min_world_size {settings.min_world_size})")
+
+
+@dataclasses.dataclass(eq=False)
+class RunEnd:
+    """What the coordinator carries between the verdicts above: how far the run is from its end."""
+
+    #: The run cannot go on, and why (None while it can, and after it finished every epoch).
+    saved: SaveReason | None = None
+    detail: str = ""
+    #: What the ranks were told at the end (``Shutdown`` or ``ShutdownWithSave``), and when.
+    message: Shutdown | ShutdownWithSave | None = None
+    told_at: float | None = None
+    #: Too few ranks left while the launcher may be restarting them all (``WatchCascade``): the end
+    #: this would be, decided ``CASCADE_S`` after ``cascade_since``.  Nothing moves meanwhile.
+    cascade: WatchCascade | None = None
+    cascade_since: float = 0.0
+    #: Since when the run waits for the launcher to start its ranks again (every rank lost, or too
+    #: few joined before the start, with ``restart_wait``).
+    restart_since: float | None = None
+
+    def watch(self, verdict: WatchCascade, now: float) -> bool:
+        """Watch for a whole-group restart; False when one is watched already (its clock runs on)."""
+        if self.cascade is not None:
+            return False
+        self.cascade, self.cascade_since = verdict, now
+        return True
+
+    def watched_out(self, now: float) -> WatchCascade | None:
+        """The watched end, once ``CASCADE_S`` passed without every rank going: it is taken."""
+        if self.cascade is None or now - self.cascade_since < CASCADE_S:
+            return None
+        verdict, self.cascade = self.cascade, None
+        return verdict

@@ -3,7 +3,8 @@ coordinator's roles as a machine of their own (no I/O; the coordinator sends wha
 
 Roles go to the fastest ranks in the run (evals only to a rank with an eval function), are elected
 again when a holder is lost, and a checkpoint that failed is retried once on each rank not yet
-tried.  Tests: tests/actors/test_roles.py.
+tried.  The last checkpoint written (with the global step its model holds) is what a whole-group
+restart resumes from.  Tests: tests/actors/test_roles.py.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ from __future__ import annotations
 import dataclasses
 
 from actorwire.actors.control._ledger import FINAL_EVAL, RankState, by_speed
+from actorwire.actors.control._outcome import Checkpointed
+from actorwire.messages.kinds import ExecuteEval
 
 
 @dataclasses.dataclass(eq=False)
@@ -32,6 +35,13 @@ class Roles:
     #: The run's final eval is out and not answered; it was sent (once per run).
     final_eval_pending: bool = False
     final_eval_sent: bool = False
+    #: The final eval as it was asked (told again to its rank when the relay it went through died).
+    final_eval_said: ExecuteEval | None = None
+    #: The checkpoint asked last: its version and the global step its model holds (it is asked
+    #: before the epoch's plans, so the model it saves is the one every rank holds then).
+    asked: tuple[int, int] | None = None
+    #: The last checkpoint written (with a path): what a restarted group resumes from.
+    written: Checkpointed | None = None
 
     def elect(self, alive: list[RankState], force: bool = False) -> None:
         """Give each role whose holder is not in ``alive`` (every role, with ``force``) to the fastest."""
@@ -77,8 +87,16 @@ class Roles:
         self.eval_schedule += 1
         return FINAL_EVAL if final else self.eval_schedule
 
-    def checkpoint_done(self, rank: int) -> None:
+    def checkpoint_asked(self, rank: int, version: int, global_step: int) -> None:
+        self.checkpoint_tried.add(rank)
+        self.asked = (version, global_step)
+
+    def checkpoint_done(self, rank: int, version: int, path: str | None) -> None:
+        """``rank`` wrote checkpoint ``version`` (to ``path``; None: the rank's function wrote no
+        file): kept as the one to resume from when it is the one asked last."""
         self.checkpoint = rank  # sticky: the rank that wrote one writes the next
+        if path and self.asked is not None and self.asked[0] == version:
+            self.written = Checkpointed(version=version, path=path, global_step=self.asked[1])
 
     def checkpoint_failed(self, alive: list[RankState]) -> int | None:
         """The rank to try the failed checkpoint on next (it takes the role), or None when every

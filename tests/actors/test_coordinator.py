@@ -412,7 +412,7 @@ def test_save_is_never_broadcast_twice(tmp_path: pathlib.Path) -> None:
     h.down("worker/1", m.DownReason.DEAD)
     h.down("worker/2", m.DownReason.DEAD)
     h.down("worker/0", m.DownReason.DEAD)
-    assert h.actor.saved is m.SaveReason.SINGLE_SURVIVOR
+    assert h.actor.end.saved is m.SaveReason.SINGLE_SURVIVOR
 
 
 def test_reduce_stall_saves_and_shuts_down() -> None:
@@ -643,7 +643,7 @@ def test_a_joined_rank_that_dies_while_others_join_does_not_end_the_run() -> Non
     _join(h, 0)
     h.down("worker/0", m.DownReason.DEAD, "status -9")
     _join(h, 1, 2)
-    assert h.actor.saved is None and h.actor.phase == "running"
+    assert h.actor.end.saved is None and h.actor.phase == "running"
     plans = [t for t, msg in sent(h, m.StartEpoch) if t != "main"]
     assert plans == ["worker/1", "worker/2"]
 
@@ -938,7 +938,7 @@ def test_a_death_while_the_run_is_stopping_is_no_loss_and_no_save() -> None:
     assert h.actor.phase == "stopping"
     h.deliver(m.Exiting(rank=0), sender="worker/0")
     h.down("worker/1", m.DownReason.DEAD, "status -9")
-    assert h.actor.saved is None and sent(h, m.ShutdownWithSave) == []
+    assert h.actor.end.saved is None and sent(h, m.ShutdownWithSave) == []
 
 
 def test_a_late_report_of_a_rank_counted_dead_is_refused_quietly() -> None:
@@ -1016,7 +1016,7 @@ def test_the_outcome_of_a_run_is_one_line_and_an_exit_code() -> None:
     join_all(too_few)
     too_few.down("worker/2", m.DownReason.DEAD, "status -9")
     outcome = too_few.actor.outcome()
-    assert outcome.exit_code == 1 and too_few.actor.saved is m.SaveReason.TOO_FEW_RANKS
+    assert outcome.exit_code == 1 and too_few.actor.end.saved is m.SaveReason.TOO_FEW_RANKS
     assert outcome.line.startswith("run did not finish: 0 of 2 epochs trained (too_few_ranks: rank 2 lost in epoch 0")
 
 

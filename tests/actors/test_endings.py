@@ -8,9 +8,11 @@ from typing import Any
 import pytest
 
 from actorwire.actors.control._endings import (
+    CASCADE_S,
     AwaitRestart,
     End,
     Resume,
+    RunEnd,
     Start,
     WatchCascade,
     after_loss,
@@ -140,3 +142,18 @@ def test_a_restart_under_way_holds_the_start_until_every_rank_is_back() -> None:
     assert _start(settings, alive=2, waiting=0, since=90.0) is Start.HOLD
     assert _start(settings, alive=3, waiting=0, since=90.0) is Start.BEGIN
     assert _start(settings, alive=2, waiting=0, since=60.0) is Start.BEGIN  # at the wait's end, with those back
+
+
+def test_a_watched_end_is_decided_cascade_s_after_the_first_death_that_left_too_few() -> None:
+    end = RunEnd()
+    first = WatchCascade(SaveReason.TOO_FEW_RANKS, "rank 1 lost")
+    assert end.watch(first, now=10.0)
+    assert not end.watch(WatchCascade(SaveReason.TOO_FEW_RANKS, "rank 2 lost"), now=12.0)  # its clock runs on
+    assert end.watched_out(10.0 + CASCADE_S - 0.1) is None and end.cascade is first
+    assert end.watched_out(10.0 + CASCADE_S) is first
+    assert end.cascade is None and end.watched_out(100.0) is None  # taken once
+
+
+def test_nothing_is_watched_out_of_an_end_that_is_not_watched() -> None:
+    end = RunEnd()
+    assert end.watched_out(1e9) is None and end.saved is None and end.message is None

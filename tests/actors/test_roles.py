@@ -70,3 +70,17 @@ def test_eval_ids_count_up_and_the_final_eval_has_its_own() -> None:
     roles.final_eval_pending = roles.final_eval_sent = roles.pending_eval = True
     roles.restarted()
     assert not (roles.final_eval_pending or roles.final_eval_sent or roles.pending_eval)
+
+
+def test_the_checkpoint_to_resume_from_is_the_one_asked_last_written_with_a_path() -> None:
+    roles = Roles(eval_every=0, checkpoint_every=1)
+    roles.checkpoint_asked(0, version=2, global_step=40)
+    assert roles.checkpoint_tried == {0} and roles.written is None
+    roles.checkpoint_done(0, version=2, path=None)  # the rank's function wrote no file
+    assert roles.written is None
+    roles.checkpoint_done(0, version=1, path="/ckpt/1")  # an older one answered late: not what was asked
+    assert roles.written is None
+    roles.checkpoint_done(1, version=2, path="/ckpt/2")
+    assert roles.checkpoint == 1  # sticky: the rank that wrote one writes the next
+    assert roles.written is not None
+    assert (roles.written.version, roles.written.path, roles.written.global_step) == (2, "/ckpt/2", 40)

@@ -408,7 +408,9 @@ def test_the_invariants_catch_a_resume_that_miscounts_the_checkpoint_s_steps() -
 
     def off_by_one(self, ctx, version):  # type: ignore[no-untyped-def]
         original(self, ctx, version)
-        self._checkpoint_steps = {v: steps + 1 for v, steps in self._checkpoint_steps.items()}
+        if self.roles.asked is not None:
+            version, steps = self.roles.asked
+            self.roles.asked = (version, steps + 1)
 
     sim.coordinator._send_checkpoint = off_by_one.__get__(sim.coordinator)  # type: ignore[method-assign]
     with pytest.raises(InvariantBroken, match=r"SetGlobalStep\(\d+\) after a reduce that covered"):

@@ -32,7 +32,7 @@ def trains_from(self: Simulation, rank: SimRank) -> None:
         # The coordinator resumed a group its launcher started again; with no checkpoint it
         # started the run over, from a new initial model (the old one died with the ranks).
         self._restarts_seen = len(c.losses.restarts)
-        if c.checkpoint is None:
+        if c.roles.written is None:
             self.trained_origin = None
     if self.trained_origin is None:
         self.trained_origin = origin
