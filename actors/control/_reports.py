@@ -54,9 +54,13 @@ class EpochReports:
 
     def close(self, epoch: int, world: int) -> EpochMetrics:
         """``epoch``'s reports as the run's ``EpochMetrics`` (per-rank lists span ``world``), kept
-        in the history."""
+        in the history.  The reports of ``epoch`` and earlier go: nothing reads them once their
+        epoch ended, and kept they were N reports an epoch for the whole run (60,000 live objects
+        after 3 epochs of 20,000 ranks, the most numerous in the coordinator's process; the garbage
+        collector walked them all at each full collection)."""
         metrics = aggregate(epoch, self.by_epoch.get(epoch, {}), world)
         self.history.append(metrics)
+        self.by_epoch = {e: v for e, v in self.by_epoch.items() if e > epoch}
         return metrics
 
     def last(self) -> EpochMetrics | None:

@@ -87,6 +87,17 @@ def test_a_restart_rewinds_to_the_epoch_it_resumes_from() -> None:
         reports.close(epoch, world=1)
     reports.take(r, _report(0, epoch=3), epoch=3)
     reports.rewind(2)
-    assert [h.epoch for h in reports.history] == [0, 1] and sorted(reports.by_epoch) == [0, 1]
+    assert [h.epoch for h in reports.history] == [0, 1] and reports.by_epoch == {}
     last = reports.last()
     assert last is not None and last.epoch == 1
+
+
+def test_an_epoch_s_reports_go_once_it_closed_and_a_later_epoch_s_stay() -> None:
+    """Kept, they were N reports an epoch for the whole run in the coordinator's memory."""
+    reports, (r,) = EpochReports(), _ranks(1)
+    reports.take(r, _report(0, epoch=0), epoch=0)
+    reports.take(r, _report(0, epoch=1), epoch=0)
+    reports.close(0, world=1)
+    assert sorted(reports.by_epoch) == [1]
+    reports.close(1, world=1)
+    assert reports.by_epoch == {} and [h.epoch for h in reports.history] == [0, 1]
