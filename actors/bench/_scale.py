@@ -37,6 +37,7 @@ Reported:
 
 from __future__ import annotations
 
+import gc
 import json
 import os
 import statistics
@@ -207,6 +208,7 @@ def run(workers: int | None = None, *, relay: bool = True, processes: int = 4, e
 def run_one(workers: int, *, relay: bool, processes: int, epochs: int, seconds_per_epoch: float,
             progress: Any) -> tuple[list[Result], bool, str]:
     from actorwire.actors.control._coordinator import Coordinator
+    from actorwire.actors.runtime._launch import settle_heap
     from actorwire.actors.runtime._system import ActorSystem
 
     batches = int(seconds_per_epoch * RATE_HZ)
@@ -243,6 +245,7 @@ def run_one(workers: int, *, relay: bool, processes: int, epochs: int, seconds_p
                 break
             if isinstance(got.message, m.StartEpoch) and first_start is None:
                 first_start = time.monotonic()  # the coordinator shows the run's owner each epoch's start
+                settle_heap()  # as actorwire coordinator does at the first epoch: this process stands for it
             elif isinstance(got.message, m.EpochMetrics):
                 arrived[got.message.epoch] = time.monotonic()
                 epoch_ms.append(got.message.epoch_ms)
@@ -272,6 +275,7 @@ def run_one(workers: int, *, relay: bool, processes: int, epochs: int, seconds_p
                     print(f"  scale: {row['error']}", file=progress)
         lost = [r for r, st in coordinator.ranks.items() if not st.alive and not st.exited]
         complete = len(arrived) == epochs and not lost and coordinator.end.saved is None
+    gc.unfreeze()  # the next step settles its own heap; this one's goes back to the collector
     cores = cpu / wall if wall else 0.0
     nominal_ms = seconds_per_epoch * 1000
     slowest = max(epoch_ms) if epoch_ms else float("inf")

@@ -38,7 +38,7 @@ def cmd_keygen(args: argparse.Namespace) -> int:
 def cmd_coordinator(args: argparse.Namespace) -> int:
     from actorwire.actors.cli._summary import summary_path_problem, write_summary
     from actorwire.actors.control._coordinator import Coordinator
-    from actorwire.actors.runtime._launch import launch_env
+    from actorwire.actors.runtime._launch import launch_env, settle_heap
     from actorwire.actors.runtime._system import ActorSystem
     from actorwire.transport.internal import is_tcp
 
@@ -83,11 +83,15 @@ def cmd_coordinator(args: argparse.Namespace) -> int:
               flush=True)
         signal.signal(signal.SIGTERM, lambda *_: done.set())
         joined = 0
+        settled = False
         while not done.is_set():
             got = inbox.get(timeout=0.5)
             if got is None:
                 continue
             msg = got.message
+            if isinstance(msg, m.StartEpoch) and not settled:
+                settled = True  # the ranks joined: their table stays for the run (settle_heap says why)
+                settle_heap()
             if isinstance(msg, m.JoinAccepted):
                 joined += 1
                 print(f"rank {msg.rank} joined ({joined}/{msg.world_size})", flush=True)
