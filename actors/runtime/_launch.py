@@ -73,7 +73,7 @@ def settle_heap() -> int:
     collector's passes for good.  For a process that owns its interpreter, once its long-lived
     state exists: ``actorwire coordinator`` calls it at the run's first epoch, when the rank
     table, the registry and a watch per rank are built.  At 20,000 ranks the full collections that
-    walked them took a third of the time from an epoch's last report to its aggregate
+    walked them took about a fifth of the time from an epoch's last report to its aggregate
     (``actorwire bench scale --workers 20000``; docs/architecture.md).  Not for a library to do in
     a process it does not own: an object frozen here that later becomes part of a reference cycle
     is never freed.  Returns how many objects were frozen."""
