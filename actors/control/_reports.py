@@ -2,7 +2,8 @@
 
 Each rank reports an epoch with ``MetricsMsg`` (one, or one per chunk of a slice handed over
 later, summed); the epoch ends once every rank in the run reported and finished the slices it was
-handed (``ext_done >= ext_sent``), and its reports become one ``EpochMetrics`` in the history.
+handed (``ext_done >= ext_sent``), and its reports become one ``EpochMetrics``: whole (with its
+per-rank lists) for the metrics sink, its summary in the history.
 A report told again (sent once more after the relay that carried it died) carries the ``seq`` it
 had and is not added twice.  A whole-group restart rewinds to the epoch it resumes from.
 
@@ -25,7 +26,8 @@ class EpochReports:
 
     #: epoch -> rank -> that rank's report (its chunks summed).
     by_epoch: dict[int, dict[int, MetricsMsg]] = dataclasses.field(default_factory=dict)
-    #: The aggregate of each epoch that ended, in order.
+    #: The summary of each epoch that ended, in order (what the ranks were told: no per-rank lists,
+    #: which go to the metrics sink; kept, they were ten lists of N an epoch for the whole run).
     history: list[EpochMetrics] = dataclasses.field(default_factory=list)
 
     def told_again(self, r: RankState | None, msg: MetricsMsg) -> bool:
@@ -53,19 +55,19 @@ class EpochReports:
         return len(reports) >= len(alive) and all(r.rank in reports and r.ext_done >= r.ext_sent for r in alive)
 
     def close(self, epoch: int, world: int) -> EpochMetrics:
-        """``epoch``'s reports as the run's ``EpochMetrics`` (per-rank lists span ``world``), kept
-        in the history.  The reports of ``epoch`` and earlier go: nothing reads them once their
+        """``epoch``'s reports as the run's ``EpochMetrics`` (per-rank lists span ``world``), its
+        summary kept in the history.  The reports of ``epoch`` and earlier go: nothing reads them once their
         epoch ended, and kept they were N reports an epoch for the whole run (60,000 live objects
         after 3 epochs of 20,000 ranks, the most numerous in the coordinator's process; the garbage
         collector walked them all at each full collection)."""
         metrics = aggregate(epoch, self.by_epoch.get(epoch, {}), world)
-        self.history.append(metrics)
+        self.history.append(summary(metrics))
         self.by_epoch = {e: v for e, v in self.by_epoch.items() if e > epoch}
         return metrics
 
     def last(self) -> EpochMetrics | None:
         """The summary of the last epoch that ended, as the ranks were told it; None before one ended."""
-        return summary(self.history[-1]) if self.history else None
+        return self.history[-1] if self.history else None
 
     def rewind(self, epoch: int) -> None:
         """A restart trains ``epoch`` and every later one again: their reports and aggregates go."""

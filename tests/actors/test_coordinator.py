@@ -769,7 +769,8 @@ def test_epoch_waits_for_a_handed_over_remainder() -> None:
     h.deliver(m.MetricsMsg(rank=2, epoch=0, avg_loss=0.4, batches_processed=12, epoch_ms=10.0, samples_processed=12,
                            extensions=1), sender="worker/2")
     assert [e.epoch for e in h.actor.reports.history] == [0] and h.actor.epoch == 1
-    assert h.actor.reports.history[0].per_rank_samples == [43, 0, 42]
+    [(sink, aggregate)] = sent(h, m.EpochMetrics)
+    assert sink == "main" and aggregate.per_rank_samples == [43, 0, 42]
 
 
 def test_a_failed_session_is_formed_again() -> None:

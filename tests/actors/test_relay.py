@@ -204,7 +204,7 @@ def test_a_rank_whose_relay_is_gone_reports_to_the_coordinator_itself() -> None:
     assert p.relay_gone("again") == []  # said once
 
 
-def _train_behind_a_relay(system, stop_relay_after_epoch_0: bool = False):  # type: ignore[no-untyped-def]
+def _train_behind_a_relay(system, stop_relay_after_epoch_0: bool = False, sink: str = ""):  # type: ignore[no-untyped-def]
     """A coordinator, a relay ``relay/h0`` and one real Worker behind it on ``system``, trained three
     epochs (the relay stopped after the first, if asked); the Worker not finished yet.  Returns the
     coordinator, the worker and the epochs it trained."""
@@ -213,7 +213,7 @@ def _train_behind_a_relay(system, stop_relay_after_epoch_0: bool = False):  # ty
     from actorwire.actors.control._worker import Worker
 
     coordinator = Coordinator(world_size=1, run_id=system.run_id, num_epochs=3, dataset_size=32, batch_size=4,
-                              sync_every=2, eval_every=0, final_eval=False)
+                              sync_every=2, eval_every=0, final_eval=False, metrics_sink=sink)
     system.spawn(coordinator, "coordinator")
     system.spawn(Relay(interval=0.05), "relay/h0")
     worker = Worker(system=system, rank=0, world_size=1, model_signature="s", join_timeout=10, relay="relay/h0")
@@ -458,12 +458,17 @@ def test_a_worker_behind_a_live_relay_hears_the_coordinator_through_it_and_finis
     """The real runtime, the relay alive all along: the plans, syncs and the end reach the rank in the
     relay's Fanout, its acks and reports come in the relay's report, and every epoch is trained.
     (One rank: a Worker owns its process's runtime, and finish() shuts it down.)"""
-    coordinator, worker, epochs = _train_behind_a_relay(system)
+    sink = system.inbox("main")
+    coordinator, worker, epochs = _train_behind_a_relay(system, sink="main")
     # Never fell back: the relay carried it all (asked before finish(), whose Exiting lets the
     # coordinator stop, and the relay after it).
     assert worker.protocol.relay == "relay/h0" and coordinator.ranks[0].relay == "relay/h0"
+    aggregates = []  # the metrics sink's, with the per-rank lists (read before finish() closes the runtime)
+    while len(aggregates) < 3 and (got := sink.get(timeout=10)) is not None:
+        if isinstance(got.message, m.EpochMetrics):
+            aggregates.append(got.message)
     worker.finish()
     assert epochs == [0, 1, 2]
     assert [h.epoch for h in coordinator.reports.history] == [0, 1, 2]
-    assert sum(coordinator.reports.history[-1].per_rank_samples) == 32
+    assert [a.epoch for a in aggregates] == [0, 1, 2] and sum(aggregates[-1].per_rank_samples) == 32
     assert not coordinator.refused_from_live and not coordinator.relays.dead

@@ -73,7 +73,7 @@ def test_closing_an_epoch_aggregates_exactly_and_the_ranks_get_the_summary_witho
     metrics = reports.close(0, world=4)  # rank 3 reported nothing: zeros and None
     assert metrics.avg_loss == (1.0 * 1 + 2.0 * 2 + 6.0 * 3) / 6
     assert metrics.per_rank_samples == [10, 20, 30, 0] and metrics.per_rank_loss == [1.0, 2.0, 6.0, None]
-    assert reports.history == [metrics]
+    assert reports.history == [summary(metrics)]
     told = reports.last()
     assert told == summary(metrics) and told is not None
     assert (told.epoch, told.avg_loss, told.epoch_ms) == (0, metrics.avg_loss, metrics.epoch_ms)
@@ -101,3 +101,15 @@ def test_an_epoch_s_reports_go_once_it_closed_and_a_later_epoch_s_stay() -> None
     assert sorted(reports.by_epoch) == [1]
     reports.close(1, world=1)
     assert reports.by_epoch == {} and [h.epoch for h in reports.history] == [0, 1]
+
+
+def test_the_history_keeps_each_epoch_s_summary_not_its_per_rank_lists() -> None:
+    """Ten lists of N an epoch, kept for the whole run, grew with ranks x epochs; the sink has them."""
+    reports, ranks = EpochReports(), _ranks(3)
+    for epoch in range(2):
+        for r in ranks:
+            reports.take(r, _report(r.rank, epoch=epoch), epoch=epoch)
+        whole = reports.close(epoch, world=3)
+        assert whole.per_rank_samples == [8, 8, 8]  # what the metrics sink gets
+    assert [h.epoch for h in reports.history] == [0, 1]
+    assert all(h.per_rank_samples == [] and h.per_rank_loss == [] and h.per_rank == [] for h in reports.history)

@@ -17,7 +17,8 @@ def test_a_two_level_tree_trains_every_epoch_and_aggregates_the_flat_sums_exactl
     assert outcome.hosts == 50 and outcome.racks == 13
     assert outcome.batch_rate >= 0.9
     assert sim.trained == 400 * 10 * 2  # every sample of every epoch, once
-    for metrics in sim.coordinator.reports.history:  # folded twice on the way up, still the flat sums
+    assert sorted(sim.sunk) == [h.epoch for h in sim.coordinator.reports.history] == [0, 1]
+    for metrics in sim.sunk.values():  # folded twice on the way up, still the flat sums
         reports = sim.reported[metrics.epoch]
         assert sum(metrics.per_rank_samples) == sum(r.samples_processed for r in reports) == 400 * 10
         batches = sum(r.batches_processed for r in reports)

@@ -281,6 +281,8 @@ class ScaleSimulation:
         self.first_plan: float | None = None
         self.last_metrics: dict[int, float] = {}
         self.aggregated: dict[int, float] = {}
+        #: Each epoch's aggregate as the metrics sink got it (with its per-rank lists).
+        self.sunk: dict[int, m.EpochMetrics] = {}
         self.armed: dict[int, float] = {}      # cycle -> when the coordinator sent its SyncNow
         self.reached: dict[int, float] = {}    # cycle -> when its last rank was told
         self.acked: dict[int, float] = {}      # cycle -> when its last ack left its rank
@@ -366,6 +368,7 @@ class ScaleSimulation:
             if sent.target == SINK:
                 if isinstance(message, m.EpochMetrics):
                     self.aggregated[message.epoch] = when
+                    self.sunk[message.epoch] = message
                     if len(self.aggregated) == self.epochs:
                         self.done = True
                 continue
