@@ -49,7 +49,7 @@ from actorwire.actors.control._ledger import (
 from actorwire.actors.control._losses import Losses
 from actorwire.actors.control._outcome import CoordinatorEffects, RunOutcome, outcome_of
 from actorwire.actors.control._phases import ACCEPTED, Event, Phase, next_phase
-from actorwire.actors.control._reports import EpochReports, summary
+from actorwire.actors.control._reports import EpochReports
 from actorwire.actors.control._roles import Roles
 from actorwire.actors.control._roster import Roster
 from actorwire.actors.control._routes import RelayFan, Relays
@@ -1128,7 +1128,7 @@ class Coordinator(Actor):
         # The ranks get the summary; the per-rank lists go to the metrics sink only.  Broadcast whole,
         # the aggregate is O(N) bytes to each of N ranks: at 10,000 ranks (bench scale) encoding it
         # took the coordinator 19 s of every 20 and the records held gigabytes until acknowledged.
-        self._tell_all(ctx, EpochAggregated(metrics=summary(metrics)))
+        self._tell_all(ctx, EpochAggregated(metrics=self.reports.history[-1]))  # its summary, kept by close
         self._sink(ctx, metrics)
         if self.epoch + 1 < self.settings.num_epochs:
             self._dispatch_epoch(ctx, self.epoch + 1)
