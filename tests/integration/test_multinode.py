@@ -273,12 +273,15 @@ def test_the_sbatch_example_runs_unmodified_under_a_real_slurm(slurm: str, tmp_p
     trained_one_model(text, {0, 1, 2})
 
 
-def _slurm_task(title: str, port: int) -> int | None:
-    """The pid of the job's process titled ``title`` (setproctitle), found by the job's ACTORWIRE_PORT."""
+def _slurm_task(title: str, cwd: pathlib.Path) -> int | None:
+    """The pid of the job's process titled ``title`` (setproctitle), found by its working directory
+    (the job's submit directory).  Not by ACTORWIRE_PORT in /proc/PID/environ: setproctitle may
+    write a long title over the memory that file reads, and the lookup failed twice (in one
+    full-suite run the victim was found only as the run ended, in one run alone never)."""
     for proc in pathlib.Path("/proc").iterdir():
         try:
             if title in (proc / "cmdline").read_bytes().decode(errors="replace") and \
-                    f"ACTORWIRE_PORT={port}".encode() in (proc / "environ").read_bytes().split(b"\0"):
+                    pathlib.Path(os.readlink(proc / "cwd")) == cwd.resolve():
                 return int(proc.name)
         except (OSError, ValueError):
             continue
@@ -308,7 +311,7 @@ def test_a_rank_killed_mid_run_under_a_real_slurm_is_recovered(slurm: str, tmp_p
             while victim is None and time.monotonic() < deadline and job.poll() is None:
                 text = out.read_text() if out.exists() else ""
                 if "\nepoch 3:" in text:
-                    victim = _slurm_task("worker/1", port)
+                    victim = _slurm_task("worker/1", submit)
                 time.sleep(0.2)  # polling a file another program writes: no event to wait on
             assert victim is not None, out.read_text() if out.exists() else "no output"
             os.kill(victim, signal.SIGKILL)
