@@ -34,7 +34,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from actorwire.actors.control import _rank
+from actorwire.actors.control import _rank, _rank_effects
 from actorwire.actors.control._rank import Effect, RankProtocol
 from actorwire.actors.control._rank_ops import all_reduce, form_group, new_group_id, run_checkpoint, run_eval
 from actorwire.actors.runtime._actor import Actor, EffectsAdapter, effects_name, handler
@@ -269,8 +269,8 @@ class GpuWorker(Actor):
 
     def _release(self, ctx: Context) -> None:
         """Handle what came while the batch trained, in order; of the group sessions, only the newest
-        (``_rank.current``: the others were formed and given up on while this rank trained)."""
-        held, self.held = _rank.current(self.held), []
+        (``_rank_effects.current``: the others were formed and given up on while this rank trained)."""
+        held, self.held = _rank_effects.current(self.held), []
         for i, msg in enumerate(held):
             if self.training:  # a message handled just now started another batch
                 self.held = held[i:] + self.held
@@ -330,7 +330,7 @@ class GpuWorker(Actor):
             request = _request(effect)
             if isinstance(request, JoinGroup):
                 key = (request.session.uid, request.session.attempt)
-                request = JoinGroup(session=request.session, asked_at=_rank.session_served(self.session_came, key, ctx.now()))
+                request = JoinGroup(session=request.session, asked_at=_rank_effects.session_served(self.session_came, key, ctx.now()))
             if request is not None:
                 if isinstance(request, (AllReduceParams, JoinGroup)):
                     self.collective = True
@@ -414,7 +414,7 @@ class GpuWorkerEffects(EffectsAdapter):
             return
         late = None
         if msg.asked_at:
-            late = _rank.late_for_group(ctx.now() - msg.asked_at, getattr(self.worker.comm, "formation_timeout_s", None))
+            late = _rank_effects.late_for_group(ctx.now() - msg.asked_at, getattr(self.worker.comm, "formation_timeout_s", None))
         error = late or form_group(self.worker.comm, msg.session)
         ctx.tell(self.owner, GroupJoined(attempt=msg.session.attempt, error=error))
 

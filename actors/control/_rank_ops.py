@@ -6,7 +6,7 @@ import time
 from collections.abc import Callable
 from typing import Any
 
-from actorwire.actors.control import _rank
+from actorwire.actors.control import _rank, _rank_effects
 from actorwire.messages.kinds import Checkpoint, CheckpointResult, EvalResult, ExecuteEval, NewNcclSession
 from actorwire.transport.comm import CommError, Communicator
 
@@ -193,14 +193,14 @@ def carry_out(effect: _rank.Effect, protocol: _rank.RankProtocol, comm: Communic
     to its result comes back.  None for the effects the driver carries out itself (``Send``,
     ``Log``, ``Ended``, ``RunEpochFn``): how it talks and leaves is its own.  ``received_at``: when
     the message being served came into the inbox (``time.monotonic``), for a session that waited
-    too long to be joined (:func:`~._rank.late_for_group`)."""
+    too long to be joined (:func:`~._rank_effects.late_for_group`)."""
     if isinstance(effect, _rank.AllReduce):
         error, covered = all_reduce(comm, parameters(), effect.weight, effect.steps, optimizer)
         return protocol.sync_done(effect.cycle, error, now(), covered)
     if isinstance(effect, _rank.FormGroup):
         late = None
         if received_at is not None:
-            late = _rank.late_for_group(now() - received_at, getattr(comm, "formation_timeout_s", None))
+            late = _rank_effects.late_for_group(now() - received_at, getattr(comm, "formation_timeout_s", None))
         return protocol.group_formed(effect.session.attempt, late or form_group(comm, effect.session), now())
     if isinstance(effect, _rank.MakeGroupId):
         if comm is None:

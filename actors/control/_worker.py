@@ -35,7 +35,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 from actorwire.actors import _names
-from actorwire.actors.control import _rank
+from actorwire.actors.control import _rank, _rank_effects
 from actorwire.actors.control._rank import Effect, Plan, RankProtocol, WorkerError
 from actorwire.actors.control._rank_ops import carry_out
 from actorwire.actors.control._rank_record import RecordedProtocol, recorded
@@ -444,12 +444,12 @@ class Worker:
 
     def _serve(self, first: Any) -> None:
         """Serve ``first`` and all that is queued behind it, but for what a newer group supersedes
-        (``_rank.current``); what comes while the effects run (a formation blocks) is served next."""
+        (``_rank_effects.current``); what comes while the effects run (a formation blocks) is served next."""
         while first is not None:
             items = [first]
             while (item := self.inbox.poll()) is not None:
                 items.append(item)
-            for item in _rank.current(items, lambda item: item.message):
+            for item in _rank_effects.current(items, lambda item: item.message):
                 self._run(self._receive(item), item.received_at)
             first = self.inbox.poll()
 

@@ -236,7 +236,7 @@ def _training_a_batch(worker: type) -> tuple[ActorHarness, str]:
 
 
 def test_a_group_session_held_behind_a_long_batch_is_refused_in_the_adapter_not_joined() -> None:
-    """The Worker's rule (``_rank.late_for_group``) for the actor worker: a session that came while
+    """The Worker's rule (``_rank_effects.late_for_group``) for the actor worker: a session that came while
     a batch trained is held, and ``JoinGroup`` carries when it came; the adapter refuses one that
     waited past half the communicator's formation timeout, and forms a fresh one."""
     from _actors import LinearWorker
@@ -270,7 +270,7 @@ def test_a_group_session_held_behind_a_long_batch_is_refused_in_the_adapter_not_
 
 
 def test_of_the_group_sessions_held_behind_a_batch_only_the_newest_is_joined() -> None:
-    """As the Worker does (``_rank.current``): sessions that queued while the rank was busy were formed
+    """As the Worker does (``_rank_effects.current``): sessions that queued while the rank was busy were formed
     and given up on by the others, one after another; joining each in turn, a rank frozen in a long
     batch never caught up.  A SyncNow before the newest session was for a group that is gone."""
     from _actors import LinearWorker

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from actorwire import messages as m
-from actorwire.actors.control import _rank
+from actorwire.actors.control import _rank, _rank_effects
 from actorwire.actors.control._rank import (
     AbortGroup,
     AllReduce,
@@ -192,8 +192,8 @@ def test_a_rank_blocked_while_groups_formed_serves_only_the_newest_session() -> 
     session = [m.NewNcclSession(uid=bytes([i]), new_rank=1, new_world_size=2, attempt=i) for i in range(3)]
     queued = [session[0], m.SyncNow(cycle=1), m.StartEpoch(epoch=0, partition_offset=0, partition_size=4),
               session[1], m.SyncNow(cycle=2), session[2], m.SyncNow(cycle=3), m.CoordHeartbeat(seq=1)]
-    assert _rank.current(queued) == [queued[2], session[2], m.SyncNow(cycle=3), m.CoordHeartbeat(seq=1)]
-    assert _rank.current(queued[1:3]) == queued[1:3]  # no session: nothing is superseded
+    assert _rank_effects.current(queued) == [queued[2], session[2], m.SyncNow(cycle=3), m.CoordHeartbeat(seq=1)]
+    assert _rank_effects.current(queued[1:3]) == queued[1:3]  # no session: nothing is superseded
 
 
 def test_a_rank_trains_only_once_it_holds_the_run_s_model() -> None:

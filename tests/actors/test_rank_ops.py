@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from actorwire import messages as m
-from actorwire.actors.control import _rank
+from actorwire.actors.control import _rank, _rank_effects
 from actorwire.actors.control._rank_ops import carry_out, weighted_average
 from actorwire.transport.comm import CommError, GlooCommunicator
 
@@ -179,9 +179,9 @@ def test_a_session_that_waited_past_half_the_formation_timeout_is_refused_withou
     """A rank whose training thread was away (frozen 15 s after its join, in the fault matrix) found
     a session its peers began 7 s before, with an 8 s timeout: it joined, its peers gave up as it
     connected (gloo: connection refused), and the run re-formed twice (67 s against 25 s)."""
-    assert _rank.late_for_group(3.9, 8.0) is None
-    assert _rank.late_for_group(4.1, 8.0) is not None and "8 s" in _rank.late_for_group(4.1, 8.0)  # type: ignore[operator]
-    assert _rank.late_for_group(1000.0, None) is None  # a communicator that does not say its timeout
+    assert _rank_effects.late_for_group(3.9, 8.0) is None
+    assert _rank_effects.late_for_group(4.1, 8.0) is not None and "8 s" in _rank_effects.late_for_group(4.1, 8.0)  # type: ignore[operator]
+    assert _rank_effects.late_for_group(1000.0, None) is None  # a communicator that does not say its timeout
 
     class Comm:
         formation_timeout_s = 8.0
@@ -212,7 +212,7 @@ def test_serving_a_session_forgets_every_older_one_a_driver_noted() -> None:
     """The GpuWorker and the simulator note when each session came; one a newer session overtook is
     never served, and its entry stayed for the driver's life (one per formation attempt)."""
     came = {(b"g1", 1): 1.0, (b"g2", 2): 2.0, (b"g3", 3): 3.0, (b"g4", 4): 4.0}
-    assert _rank.session_served(came, (b"g3", 3), 9.0) == 3.0
+    assert _rank_effects.session_served(came, (b"g3", 3), 9.0) == 3.0
     assert came == {(b"g4", 4): 4.0}  # a newer one, still to be served
-    assert _rank.session_served(came, (b"g5", 5), 9.0) == 9.0  # never noted: it came now
+    assert _rank_effects.session_served(came, (b"g5", 5), 9.0) == 9.0  # never noted: it came now
     assert came == {}

@@ -434,7 +434,7 @@ def test_a_rank_frozen_right_after_its_join_holds_the_run_back_by_its_freeze_alo
     on) hung the real run in 2 of 7 runs, and later took 67 s where others took 25.  In the model:
     400 runs end, every epoch trained, no later than the freeze after the same seeds unfrozen.
     Before a rank refused a session that had waited past half the formation timeout in its inbox
-    (``_rank.late_for_group``), 3 of them were 21 to 30 s later: the frozen rank joined a session
+    (``_rank_effects.late_for_group``), 3 of them were 21 to 30 s later: the frozen rank joined a session
     its peers were about to give up, and the coordinator formed again only after its own timeout."""
     freeze = 15.0
     for seed in range(200):

@@ -180,11 +180,11 @@ FULL = [Case("startup"), Case("join"), Case("training"), Case("eval", ranks="any
         Case("checkpoint", ranks="any"), Case("weights"), Case("shutdown"), Case("training", ranks="1,2"),
         Case("training", signal="STOP", stop_s=1.0), Case("none", slow_rank=2), Case("hang_in_sync", signal="HANG"),
         # Frozen for 15 s right after its join: it joined one stale group after another and never
-        # caught up; the run hung in 2 of 7 runs of an outside fault matrix. With _rank.current and
+        # caught up; the run hung in 2 of 7 runs of an outside fault matrix. With _rank_effects.current and
         # the coordinator re-forming only once every member gave up, it finished, in 25 to 69 s.
         # The rest: a failed gloo formation left torch's group count one higher on the ranks that
         # tried it, so they met at other store keys than a rank that skipped it (test_gloo.py), and
-        # a session joined as its peers gave up cost a formation more (_rank.late_for_group).
+        # a session joined as its peers gave up cost a formation more (_rank_effects.late_for_group).
         # Since both fixes: 5 of 5 runs in 24-25 s, the group formed 15.0 s in.
         Case("join", signal="HANG")]
 

@@ -37,7 +37,7 @@ class Communicator(Protocol):
 
     # Optional: ``formation_timeout_s`` (float), how long ``init`` waits for the other members.  A
     # rank that finds a session waited past half of it in its inbox says at once that it could not
-    # join rather than arrive as its peers give up (``actors.control._rank.late_for_group``).
+    # join rather than arrive as its peers give up (``actors.control._rank_effects.late_for_group``).
     #
     # Optional: ``abort_from_any_thread`` (bool, default False), whether ``abort()`` may be called
     # from another thread while one waits inside a collective, and frees it.  The workers then abort

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING
 
 from actorwire.actors import _names
-from actorwire.actors.control import _rank
+from actorwire.actors.control import _rank, _rank_effects
 from actorwire.actors.control._rank import Effect, RankProtocol
 from actorwire.actors.control._simulate import _relays
 from actorwire.actors.control._simulate._model import COORD, FORMATION_TIMEOUT, SESSION_WAIT, SimModel
@@ -61,7 +61,7 @@ class SimRank:
         self.blocked = False
         self.backlog: list[Message] = []
         #: When each group session came in (uid, attempt): one that waited past half the formation
-        #: timeout is not joined (``_rank.late_for_group``, as the Worker does).
+        #: timeout is not joined (``_rank_effects.late_for_group``, as the Worker does).
         self.session_came: dict[tuple[bytes, int], float] = {}
         self.trained: dict[int, set[int]] = {}  # epoch -> samples
         self.ended_at: float | None = None  # when its process ended
@@ -106,8 +106,8 @@ class SimRank:
                 self.enter_reduce(effect.cycle, effect.weight)
             elif isinstance(effect, _rank.FormGroup):
                 session = effect.session
-                came = _rank.session_served(self.session_came, (session.uid, session.attempt), self.sim.now)
-                late = _rank.late_for_group(self.sim.now - came, FORMATION_TIMEOUT)
+                came = _rank_effects.session_served(self.session_came, (session.uid, session.attempt), self.sim.now)
+                late = _rank_effects.late_for_group(self.sim.now - came, FORMATION_TIMEOUT)
                 if late is None:
                     self.join_group(session)
                 else:
@@ -219,7 +219,7 @@ class SimRank:
         self.serve_backlog()
 
     def serve_backlog(self) -> None:
-        self.backlog = _rank.current(self.backlog)
+        self.backlog = _rank_effects.current(self.backlog)
         while self.backlog and not self.blocked and not self.busy:  # in order; a call that blocks keeps the rest
             self.receive(self.backlog.pop(0))
         self.next_batch()
