@@ -71,3 +71,22 @@ def test_measure_times_every_kind_of_the_coordinators_work_and_the_cli_simulates
     assert all(us > 0 for us in measured.values())
     costs = dataclasses.replace(Costs(), **measured)  # what `simulate --scale N --measure` runs with
     assert ScaleSimulation(160, epochs=1, seconds_per_epoch=1.0, costs=costs).run().epochs == 1
+
+
+def test_measure_charges_the_timer_for_its_pass_over_the_ranks_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    """``tick_us`` is the silence check's pass, per rank: the rest of a tick is what it sends, which
+    the model charges per message.  It was every tick's time over the passes: at 100,000 ranks 11.4
+    us a rank (the heartbeats' sends counted twice, and the start-up's ticks), 0.58 for the pass.
+    A clock that moves 1 us per reading makes each timed call cost 1 us: one a pass, over the ranks
+    the coordinator held at it (all 160 from the first plan on; fewer while they joined), where
+    every tick's time over the passes made it about 7.5 ticks' worth (a pass every eighth of the
+    30 s staleness timeout, a tick every 0.5 s)."""
+    import time
+
+    from actorwire.actors.control._simulate._scale import measure_costs
+
+    ticks = iter(range(10**9))
+    monkeypatch.setattr(time, "perf_counter", lambda: next(ticks) * 1e-6)
+    measured = measure_costs(160)
+    assert 1 / 160 <= measured["tick_us"] < 2 / 160
+    assert measured["join_us"] == pytest.approx(1.0)  # each join timed alone
