@@ -578,5 +578,6 @@ def measure_costs(ranks: int = 10000) -> dict[str, float]:
     try:
         sim.run()
     finally:
-        gc.unfreeze()
+        if settled:
+            gc.unfreeze()  # the heap this run froze goes back to the collector
     return {kind: total / entries * 1e6 for kind, (total, entries) in spent.items() if entries}
