@@ -209,7 +209,7 @@ def test_the_optimizer_a_subclass_names_has_its_state_averaged_with_the_paramete
     sizes.clear()
     w.optimizer = lambda: w.opt  # type: ignore[method-assign]
     h.deliver(m.SyncNow(cycle=3), sender="coordinator")
-    assert sizes == [4, params + 2, params]  # and the momentum, by the same weights
+    assert sizes == [4, params + params + 2]  # the momentum by the same weights, in the same buffer
 
 
 def test_an_actor_worker_whose_relay_is_gone_reports_to_the_coordinator_itself() -> None:
