@@ -261,11 +261,25 @@ def _plain(value: Any, depth: int) -> Any:
         return [_plain(v, depth + 1) for v in items]
     if callable(value):
         return repr(value)
-    attrs = getattr(value, "__dict__", None)
+    attrs = _attributes(value)
     if attrs is not None and not isinstance(value, msgspec.Struct) and not isinstance(value, type):
-        fields = {k.lstrip("_"): v for k, v in vars(value).items() if not callable(v)}
+        fields = {k.lstrip("_"): v for k, v in attrs.items() if not callable(v)}
         return {k: _plain(v, depth + 1) for k, v in sorted(fields.items())}
     return msgspec.to_builtins(value, str_keys=True, enc_hook=repr)
+
+
+def _attributes(value: Any) -> dict[str, Any] | None:
+    """An object's attributes, from its ``__dict__`` and its classes' ``__slots__`` (a slotted
+    object, such as the coordinator's ``RankState``, has no dict); None for an object with neither."""
+    attrs = dict(getattr(value, "__dict__", None) or {})
+    slotted = False
+    for cls in type(value).__mro__:
+        slots = cls.__dict__.get("__slots__", ())
+        for name in (slots,) if isinstance(slots, str) else slots:
+            slotted = True
+            if name not in ("__dict__", "__weakref__") and hasattr(value, name):
+                attrs[name] = getattr(value, name)
+    return attrs if attrs or slotted or hasattr(value, "__dict__") else None
 
 
 def _debug(actor: Actor, message: Message, ctx: ReplayContext, index: int) -> None:
