@@ -67,23 +67,27 @@ class Costs:
     appends to columns).  ``metrics_us`` was measured again after a relay report's epoch reports
     looked at the sync gate and the epoch's end once, not once each: three runs each of the code
     before and after, alternated, medians 2.44 and 1.40 us; the default is 2.15 scaled by that ratio.
+    Every kind was scaled the same way after ``RankState`` was slotted (93757b4), by the medians of
+    three alternated ``--measure`` runs at 10,000 before / after on a slower VM (2026-12-07): batch
+    4.22 / 2.80, beat 1.50 / 0.93, ack 10.66 / 6.82, epoch report 3.65 / 2.98, a rank of the plans
+    0.20 / 0.15, join 81.1 / 60.0, the timer 0.62 / 0.26 a rank; a broadcast unchanged (0.02).
     """
 
     coordinator_message_us: float = 7.0
-    batch_us: float = 1.76
-    beat_us: float = 0.82
-    ack_us: float = 3.59
-    metrics_us: float = 1.23
+    batch_us: float = 1.17
+    beat_us: float = 0.51
+    ack_us: float = 2.30
+    metrics_us: float = 1.00
     #: a rank of a ``Fanout`` of one message to every rank behind a relay (grouped once per roster)
     broadcast_us: float = 0.01
     #: a rank of a ``Fanout`` of one message each (an epoch's plans)
-    each_us: float = 0.054
-    join_us: float = 17.1
+    each_us: float = 0.041
+    join_us: float = 12.6
     #: the coordinator's timer per rank, at a tick that checks the ranks' silence: the pass itself
     #: (what a tick sends is charged per message).  Measured 2026-12-06: median of three runs, 0.42;
     #: it was 1.39, all ticks' time over the checks, which charged the heartbeats' sends twice and,
-    #: at 100,000 ranks, the start-up's ticks (11.4 a rank there)
-    tick_us: float = 0.42
+    #: at 100,000 ranks, the start-up's ticks (11.4 a rank there); 0.18 since RankState is slotted
+    tick_us: float = 0.18
     relay_message_us: float = 7.0
     relay_entry_us: float = 1.0
     hop_us: float = 200.0
