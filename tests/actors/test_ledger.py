@@ -69,7 +69,7 @@ def test_the_anchor_doubles_at_most_and_shrinks_when_syncs_are_cheap() -> None:
 
 def test_a_ranks_state_is_slotted_small_and_refuses_a_misspelt_field() -> None:
     """One per rank, walked at every cycle's close: 1.8 KB a rank with a dict of its own (its 30
-    fields are past what an instance dict shares its keys for), under 600 bytes slotted."""
+    fields are past what an instance dict shares its keys for: 29 share them), 429 bytes slotted."""
     import tracemalloc
 
     tracemalloc.start()
@@ -79,7 +79,7 @@ def test_a_ranks_state_is_slotted_small_and_refuses_a_misspelt_field() -> None:
         per_rank = (tracemalloc.get_traced_memory()[0] - before) / len(ranks)
     finally:
         tracemalloc.stop()
-    assert per_rank < 600, per_rank
+    assert per_rank < 900, per_rank  # 429 here; a thread allocating meanwhile must not fail it
     with pytest.raises(AttributeError):
         ranks[0].acked_step = 3  # type: ignore[attr-defined]  # misspelt: an error, not a new field
     ranks[0].alive = False  # the flags still go through their setter
