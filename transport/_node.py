@@ -310,6 +310,7 @@ class Node:
         #: What threads hand the I/O thread (records, replies, commands, acks owed) and its sleep.
         self._outbox = Outbox(self._wake, ack_every=_ACK_EVERY, ack_delay=_ACK_DELAY)
         self._closed = False
+        self._left = False  # leave() ran: the exit was announced
         #: Notified by the I/O thread when what a caller may wait for changed: the routes (a name
         #: registered, moved or gone), a stream re-homed, and, while closing, an ack.  The waits
         #: (``Outgoing.wait_until``) are on it with deadlines, never polls.
@@ -380,6 +381,30 @@ class Node:
             self.close()
             raise self._join_error
 
+    def leave(self, timeout: float = 5.0) -> None:
+        """Announce the exit and give queued messages ``timeout`` s to be handled, sockets still open
+        (once; :meth:`close` does it unless it was done).
+
+        Whoever must hear this node leave before its sockets close goes between the two: the
+        processes it launched (``ActorSystem.shutdown``) exit on this announcement, and the messages
+        they send as they go are read here.  A socket closed under them could abort the process:
+        libzmq 4.3.5 refuses a message that arrives while a connection's session is ending, and
+        when that peer then hangs up, the connection's next ZMTP heartbeat asserts
+        (``!_io_error``, stream_engine_base.cpp:310; decision 0015, "Later").
+        """
+        if self._closed or self._left:
+            return
+        self._left = True
+        self._out.closing = True
+        if not self._thread.is_alive():
+            return
+        if self._root_id is not None:
+            self._command(_Exiting())
+        self._out.wait_until(lambda: not self._outbound.unacked(), self.config.scaled(timeout))
+        left = self._outbound.unacked()
+        if left:
+            self._log.error("closing with unhandled messages", count=left)
+
     def close(self, timeout: float = 5.0, *, announce: bool = True) -> None:
         """Leave: announce the exit, give queued messages ``timeout`` s to be handled.
 
@@ -388,15 +413,10 @@ class Node:
         """
         if self._closed:
             return
+        if announce:
+            self.leave(timeout)
         self._out.closing = True
         if self._thread.is_alive():
-            if announce:
-                if self._root_id is not None:
-                    self._command(_Exiting())
-                self._out.wait_until(lambda: not self._outbound.unacked(), self.config.scaled(timeout))
-                left = self._outbound.unacked()
-                if left:
-                    self._log.error("closing with unhandled messages", count=left)
             self._stop.set()
             self._wake()
             # The sockets close below: the I/O thread must be out of its poll first.

@@ -434,12 +434,21 @@ class ActorSystem:
             cell.thread.join(self.config.scaled(timeout))
         for inbox in list(self._inboxes.values()):
             inbox.close()
+        # The processes a root launched leave when they hear it leave; its sockets close after they
+        # did (bounded by ``timeout``), not under them: see Node.leave.  (A member's children are
+        # the root's members: they stay, and child.stop below ends them.)
+        self._node.leave()
+        if self.is_root:
+            deadline = time.monotonic() + self.config.scaled(timeout)
+            for child in self._children:
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    child.wait(max(0.0, deadline - time.monotonic()))
         self._node.close()
         self._timers.close()
         for child in self._children:
             child.stop(self.config.scaled(timeout))
             child.forget_socket()  # also here: its watcher thread may not have run yet
-        self._node.remove_run_dir()  # emptied by the children that left after this node closed
+        self._node.remove_run_dir()  # empty once the children are gone (forget_socket took an ended one's)
 
     close = shutdown
 

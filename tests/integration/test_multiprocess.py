@@ -147,7 +147,7 @@ def test_a_killed_launched_child_leaves_no_socket_and_the_run_leaves_no_director
     try:
         run_dir = pathlib.Path(system._node._run_dir.path).parent
         killed = system.spawn_process({"victim": "_actors:Echo"}, env=ENV)
-        system.spawn_process({"keeper": "_actors:Echo"}, env=ENV)  # leaves when the root has closed
+        system.spawn_process({"keeper": "_actors:Echo"}, env=ENV)  # leaves when the root leaves
         stray = attached(system, {"stray": "_actors:Echo"})  # not launched: no one sees it exit
         stray.kill()
         stray.wait(10)
@@ -165,6 +165,30 @@ def test_a_killed_launched_child_leaves_no_socket_and_the_run_leaves_no_director
     finally:
         system.shutdown()
     assert not run_dir.exists(), sorted(p.name for p in run_dir.iterdir())
+
+
+def test_the_root_closes_its_sockets_only_after_the_processes_it_launched_left() -> None:
+    """Its children leave when they hear the root leave; the root closed its sockets under them,
+    and one `actorwire bench bus` in about 40 aborted in libzmq (``!_io_error``,
+    stream_engine_base.cpp:310): a child's last messages reached a connection whose session was
+    ending, the child hung up, and that connection's next ZMTP heartbeat asserted.  The root now
+    closes after they left (decision 0015, "Later")."""
+    system = ActorSystem(config=FAST)
+    at_close: list[int | None] = []
+    try:
+        for i in range(2):
+            system.spawn_process({f"leaver/{i}": "_actors:Echo"}, env=ENV)
+        wires = system._node._wires
+        close = wires.close
+
+        def spy() -> None:
+            at_close.extend(child.process.poll() for child in system._children)
+            close()
+
+        wires.close = spy  # type: ignore[method-assign]
+    finally:
+        system.shutdown()
+    assert at_close == [0, 0], f"exit status of each child when the root's sockets closed: {at_close}"
 
 
 def test_the_last_member_out_removes_the_run_directory_and_a_late_binder_makes_it_again(
