@@ -404,6 +404,12 @@ class Node:
         left = self._outbound.unacked()
         if left:
             self._log.error("closing with unhandled messages", count=left)
+        role = self._root_role
+        if role is not None:
+            # Members leave when they hear the root leave: their last messages and hang-ups come
+            # while its sockets are open (the libzmq abort of decision 0015's "Later"), for at most
+            # the liveness grace (what a member that outlives its root costs the root's exit).
+            self._out.wait_until(lambda: not role.up, self._timing.grace)
 
     def close(self, timeout: float = 5.0, *, announce: bool = True) -> None:
         """Leave: announce the exit, give queued messages ``timeout`` s to be handled.
@@ -693,6 +699,8 @@ class Node:
         elif kind == zmq.EVENT_DISCONNECTED:
             self._log.info("the connection to a member dropped", peer=link.node_id)
             self._carry_out(self._root_role.link_down(link.node_id, time.monotonic()))
+            if self._left:
+                self._notify_changed()  # leave() waits for the members' connections to drop
 
     def _recv_link(self, sock: zmq.Socket) -> None:
         link = next((lk for lk in self._wires.links.values() if lk.socket is sock), None)

@@ -191,6 +191,35 @@ def test_the_root_closes_its_sockets_only_after_the_processes_it_launched_left()
     assert at_close == [0, 0], f"exit status of each child when the root's sockets closed: {at_close}"
 
 
+def test_the_root_closes_its_sockets_only_after_members_leaving_with_it_hung_up() -> None:
+    """The same libzmq abort with members the root did not launch (torchrun's, SLURM's): they
+    leave when they hear the root leave, and the root closed its sockets under them (2 aborts in
+    about 52 rounds with 2 ms heartbeats).  The root now waits, at most the liveness grace, for
+    its connections to its members to drop."""
+    system = ActorSystem(config=FAST)
+    listening: list[bool] = []
+    proc = None
+    try:
+        proc = attached(system, {"leaver": "_actors:Echo"})
+        path = next(str(p) for p in pathlib.Path(system._node._run_dir.path).parent.iterdir()
+                    if p.name.endswith(".sock") and p.name != pathlib.Path(system._node._run_dir.path).name)
+        wires = system._node._wires
+        close = wires.close
+
+        def spy() -> None:
+            import socket
+            with socket.socket(socket.AF_UNIX) as probe:
+                listening.append(probe.connect_ex(path) == 0)
+            close()
+
+        wires.close = spy  # type: ignore[method-assign]
+    finally:
+        system.shutdown()
+        if proc is not None:
+            proc.wait(30)
+    assert listening == [False], "the member still served its socket when the root's sockets closed"
+
+
 def test_the_last_member_out_removes_the_run_directory_and_a_late_binder_makes_it_again(
         monkeypatch: pytest.MonkeyPatch) -> None:
     """Members often leave after the root (attached workers): the root could not remove the

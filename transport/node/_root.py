@@ -67,6 +67,8 @@ class RootRole:
         self._told_removed: dict[str, float] = {}  # removed nodes told they are out, and when
         #: Members whose end was seen and is judged once the routers are read (``drained``).
         self.pending: dict[str, _Pending] = {}
+        #: Members whose connection (the root's monitored link) is up: a leaving root waits for them.
+        self.up: set[str] = set()
 
     # -- admission and requests ---------------------------------------------
 
@@ -134,6 +136,7 @@ class RootRole:
 
     def link_up(self, node: str) -> list[Effect]:
         """The root's connection to ``node`` is up (again): a drop seen before it is judged first."""
+        self.up.add(node)
         pending = self.pending.get(node)
         effects = self._judge(node, self.pending.pop(node)) if pending is not None and pending.down_at is not None else []
         self.registry.connected(node)
@@ -143,6 +146,7 @@ class RootRole:
         """The root's connection to ``node`` closed.  Judged once the routers hold nothing more
         (:meth:`drained`): the messages the node sent before it closed (its ``NodeExiting`` last) are
         read first, so a clean exit behind a backlog is not taken for a death."""
+        self.up.discard(node)
         pending = self.pending.setdefault(node, _Pending(since=now))
         pending.down_at = now
         return []
