@@ -41,10 +41,10 @@ from actorwire.actors.control._ledger import (
     META_SCHEMA,
     CoordinatorConfig,
     RankState,
+    hand_over,
     join_refusal,
-    remaining_slices,
     shares,
-    split_slices,
+    unsynced,
 )
 from actorwire.actors.control._losses import Losses
 from actorwire.actors.control._outcome import CoordinatorEffects, RunOutcome, outcome_of
@@ -52,7 +52,7 @@ from actorwire.actors.control._phases import ACCEPTED, Event, Phase, next_phase
 from actorwire.actors.control._reports import EpochReports
 from actorwire.actors.control._roles import Roles
 from actorwire.actors.control._roster import Roster
-from actorwire.actors.control._routes import RelayFan, Relays
+from actorwire.actors.control._routes import RelayFan, Relays, sort_report
 from actorwire.actors.control._sync import SyncCadence
 from actorwire.actors.runtime._actor import Actor, effects_name, handler
 from actorwire.actors.runtime._context import Context
@@ -621,16 +621,8 @@ class Coordinator(Actor):
                                      world_size=self.roster.in_run))
             self._maybe_begin(ctx)
             return
-        # The remainder is computed before the ledger changes: once the rank is
-        # out of the ledger its progress is gone and its slice would be lost.
-        # What it had not trained of its plan and of the slices handed to it, in its own order (it
-        # was one range from offset + done: after a death among ranks that held handed-over slices,
-        # parts of other ranks' slices were trained twice and parts of its own never).
-        # What it trained after its last completed sync dies with it: that part is handed over too.
-        # Its ack of the cycle in progress counts: an ack says the reduce completed, its work is in.
-        in_model = r.acked_steps if r.rank in self.sync.acked else r.synced_steps
-        synced = min(r.epoch_steps, max(0, in_model - r.epoch_start_steps))
-        left = remaining_slices(r.slices, synced, self.settings.batch_size)
+        # Computed before the ledger changes: once the rank is out of it, its progress is gone.
+        left = unsynced(r, acked=r.rank in self.sync.acked, batch_size=self.settings.batch_size)
         remainder = sum(n for _, n in left)
         r.lost_why = f"{why}, in epoch {self.epoch}"
         self.losses.lost_running(r.rank, self.epoch, why)
@@ -667,14 +659,9 @@ class Coordinator(Actor):
             return
         survivors = self.alive()
         if remainder and self.phase is Phase.RUNNING and self.epoch >= 0:
-            for s, pieces in zip(survivors, split_slices(left, len(survivors))):
-                for start, n in pieces:
-                    extension = ExtendPartition(partition_offset=start, partition_size=n, epoch=self.epoch)
-                    self._tell(ctx, s, extension)
-                    self._sink(ctx, extension)  # the user's view shows where a lost rank's samples went
-                    s.slices.append((start, n))
-                    s.extended += n
-                    s.ext_sent += 1
+            for s, extension in hand_over(left, survivors, self.epoch):
+                self._tell(ctx, s, extension)
+                self._sink(ctx, extension)  # the user's view shows where a lost rank's samples went
             self.sync.recheck()  # a survivor with a slice to train holds the gate again
         if len(survivors) >= 2 or self.settings.backend == "gloo":
             self._start_rendezvous(ctx)
@@ -876,42 +863,26 @@ class Coordinator(Actor):
         for the ranks that named this relay in their join (the runtime proved those joins came from
         the ranks), in that order."""
         relay = ctx.sender or ""
-        n = len(msg.ranks)
-        if not len(msg.batch_ms) == len(msg.data_ms) == len(msg.step_counts) == len(msg.losses) == n:
-            self._refuse_relayed(ctx, relay, "its columns have different lengths", n + len(msg.beats))
+        report = sort_report(msg, relay, self.ranks)
+        if report is None:
+            self._refuse_relayed(ctx, relay, "its columns have different lengths", len(msg.ranks) + len(msg.beats))
             return
         now = ctx.now()
-        ranks = self.ranks
         batches = Batch in self._taken
-        forged = 0
         counted: list[RankState] = []
-        for i, rank in enumerate(msg.ranks):
-            r = ranks.get(rank)
-            if r is None or r.relay != relay or not relay:
-                forged += 1
-                continue
+        for r, i in report.rows:
             r.last_seen = now
             r.silence_warned = 1
             if batches and r.alive:
                 _count_batch(r, msg.batch_ms[i] + msg.data_ms[i], msg.step_counts[i])
                 counted.append(r)
-        for rank in msg.beats:
-            r = ranks.get(rank)
-            if r is None or r.relay != relay or not relay:
-                forged += 1
-            elif r.alive:
+        for r in report.beats:
+            if r.alive:
                 r.last_seen = now
                 r.silence_warned = 1
-        mine: list[tuple[RankState, SyncAck | MetricsMsg]] = []
-        for told in (*msg.acks, *msg.metrics):
-            r = ranks.get(told.rank)
-            if r is None or r.relay != relay or not relay:
-                forged += 1
-            else:
-                mine.append((r, told))
-        if forged:
-            self._refuse_relayed(ctx, relay, "reports for ranks that did not name it as their relay", forged)
-        if n and batches:
+        if report.forged:
+            self._refuse_relayed(ctx, relay, "reports for ranks that did not name it as their relay", report.forged)
+        if msg.ranks and batches:
             self._maybe_sync(ctx)
             throttled = [r for r in counted if self.sync.ahead(r)]
             for r in throttled:
@@ -921,7 +892,7 @@ class Coordinator(Actor):
             if throttled:
                 self._maybe_sync(ctx)  # a throttled rank holds the gate no longer
         reported = False
-        for r, told in mine:  # as if the rank told them: the phase decides
+        for r, told in report.told:  # as if the rank told them: the phase decides
             if isinstance(told, MetricsMsg) and self.reports.told_again(r, told):
                 continue
             if type(told) not in self._taken:

@@ -14,7 +14,7 @@ from typing import Callable
 
 import msgspec
 
-from actorwire.messages.kinds import EpochMetrics, JoinRequest, MetricsMsg
+from actorwire.messages.kinds import EpochMetrics, ExtendPartition, JoinRequest, MetricsMsg
 from actorwire.transport.internal import InvalidArgument
 
 #: ``schedule_id`` of the single canonical eval at the end of the run.
@@ -335,6 +335,30 @@ def remaining_slices(slices: list[tuple[int, int]], batches: int, batch_size: in
         batches = 0
         left.append((start + done, size - done))
     return [(start, size) for start, size in left if size > 0]
+
+
+def unsynced(r: RankState, *, acked: bool, batch_size: int) -> list[tuple[int, int]]:
+    """What of a lost rank's share is not in the run's model, in its own order: what it had not
+    trained of its plan and of the slices handed to it, and what it trained after its last completed
+    sync (that dies with it).  ``acked``: it acknowledged the cycle in progress (an ack says its
+    reduce completed: its work up to the ack is in)."""
+    in_model = r.acked_steps if acked else r.synced_steps
+    synced = min(r.epoch_steps, max(0, in_model - r.epoch_start_steps))
+    return remaining_slices(r.slices, synced, batch_size)
+
+
+def hand_over(left: list[tuple[int, int]], survivors: list[RankState],
+              epoch: int) -> list[tuple[RankState, ExtendPartition]]:
+    """``left`` dealt to ``survivors`` (:func:`split_slices`): what each is told, in order, each
+    piece counted in its slices and this epoch's extensions."""
+    told = []
+    for s, pieces in zip(survivors, split_slices(left, len(survivors))):
+        for start, n in pieces:
+            told.append((s, ExtendPartition(partition_offset=start, partition_size=n, epoch=epoch)))
+            s.slices.append((start, n))
+            s.extended += n
+            s.ext_sent += 1
+    return told
 
 
 def split_slices(slices: list[tuple[int, int]], parts: int) -> list[list[tuple[int, int]]]:

@@ -1,5 +1,6 @@
 """Which relay the coordinator tells a rank through: the relays the ranks named, those that died,
-and one ``Fanout`` per relay for a round of tells.  No I/O: the coordinator tells, watches and logs.
+and one ``Fanout`` per relay for a round of tells; and what of a relay's report the coordinator may
+take (:func:`sort_report`).  No I/O: the coordinator tells, watches and logs.
 
 A rank that named a relay at its join hears the coordinator only through it (``Fanout``), so it
 hears it in the order told; once that relay is lost, directly.  Kinds a relay does not carry
@@ -10,11 +11,11 @@ from __future__ import annotations
 
 import dataclasses
 import typing
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Any, Literal, Protocol
 
 from actorwire.messages import Message
-from actorwire.messages.kinds import Fanout
+from actorwire.messages.kinds import Fanout, MetricsMsg, RelayReport, SyncAck
 from actorwire.messages.kinds._control import ToRank
 
 #: What a rank behind a relay is told through it (``Fanout.messages``).
@@ -137,3 +138,43 @@ class Relays:
         for r in behind:
             r.relay = ""
         return behind
+
+
+@dataclasses.dataclass
+class Sorted(typing.Generic[R]):
+    """A relay's report, each entry with the rank it is for (:func:`sort_report`)."""
+
+    rows: list[tuple[R, int]]  # a rank's batches, and the index of its row in the report's columns
+    beats: list[R]  # ranks that only beat
+    told: list[tuple[R, SyncAck | MetricsMsg]]  # the acks, then the epoch reports, in the report's order
+    forged: int  # entries for ranks that did not name this relay in their join: dropped
+
+
+def sort_report(report: RelayReport, relay: str, ranks: Mapping[int, R]) -> Sorted[R] | None:
+    """What of ``report``, sent by ``relay``, the coordinator may take: an entry is taken only for a
+    rank that named this relay in its join (the runtime proved the join came from that rank; a relay
+    that speaks for any other rank, or a sender with no name, is lying).  None when the report's
+    columns have different lengths: nothing of it is taken."""
+    n = len(report.ranks)
+    if not len(report.batch_ms) == len(report.data_ms) == len(report.step_counts) == len(report.losses) == n:
+        return None
+    out: Sorted[R] = Sorted([], [], [], 0)
+    for i, rank in enumerate(report.ranks):
+        r = ranks.get(rank)
+        if r is None or r.relay != relay or not relay:
+            out.forged += 1
+        else:
+            out.rows.append((r, i))
+    for rank in report.beats:
+        r = ranks.get(rank)
+        if r is None or r.relay != relay or not relay:
+            out.forged += 1
+        else:
+            out.beats.append(r)
+    for told in (*report.acks, *report.metrics):
+        r = ranks.get(told.rank)
+        if r is None or r.relay != relay or not relay:
+            out.forged += 1
+        else:
+            out.told.append((r, told))
+    return out

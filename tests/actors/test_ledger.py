@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from actorwire.actors.control._ledger import RankState, by_speed, shares, split_range
+from actorwire import messages as m
+from actorwire.actors.control._ledger import RankState, by_speed, hand_over, shares, split_range, unsynced
 
 
 def _ranks(*speeds: float | None) -> list[RankState]:
@@ -84,3 +85,30 @@ def test_a_ranks_state_is_slotted_small_and_refuses_a_misspelt_field() -> None:
         ranks[0].acked_step = 3  # type: ignore[attr-defined]  # misspelt: an error, not a new field
     ranks[0].alive = False  # the flags still go through their setter
     assert not ranks[0].in_run
+
+
+def test_what_a_lost_rank_trained_after_its_last_sync_is_handed_over_with_what_it_never_trained() -> None:
+    """Batches of 10 over its plan (0, 45) and a slice handed to it (100, 20); 7 batches this epoch,
+    the last completed sync covered 3 of them, the cycle in progress 5 (its ack not yet counted)."""
+    r = RankState(0, "worker/0", 0.0)
+    r.slices = [(0, 45), (100, 20)]
+    r.epoch_start_steps, r.epoch_steps, r.synced_steps, r.acked_steps = 40, 7, 43, 45
+    assert unsynced(r, acked=False, batch_size=10) == [(30, 15), (100, 20)]
+    # Its ack says the reduce in progress completed: 5 batches of its work are in, its plan's 45 samples.
+    assert unsynced(r, acked=True, batch_size=10) == [(100, 20)]
+    # Each of its 7 batches in the model (it trained them all: 5 of its plan, 2 of the slice): nothing left.
+    r.synced_steps = 99
+    assert unsynced(r, acked=False, batch_size=10) == []
+
+
+def test_a_lost_ranks_samples_are_dealt_to_the_survivors_in_order_and_counted_in_their_share() -> None:
+    a, b = RankState(1, "worker/1", 0.0), RankState(2, "worker/2", 0.0)
+    a.slices, b.slices = [(0, 10)], [(10, 10)]
+    told = hand_over([(40, 5), (100, 20)], [a, b], epoch=3)
+    assert [(s.rank, e) for s, e in told] == [
+        (1, m.ExtendPartition(partition_offset=40, partition_size=5, epoch=3)),
+        (1, m.ExtendPartition(partition_offset=100, partition_size=8, epoch=3)),
+        (2, m.ExtendPartition(partition_offset=108, partition_size=12, epoch=3))]
+    assert a.slices == [(0, 10), (40, 5), (100, 8)] and (a.extended, a.ext_sent) == (13, 2)
+    assert b.slices == [(10, 10), (108, 12)] and (b.extended, b.ext_sent) == (12, 1)
+    assert sum(e.partition_size for _, e in told) == 25  # every sample once

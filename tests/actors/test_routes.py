@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 
 from actorwire import messages as m
-from actorwire.actors.control._routes import FANNED, Relays
+from actorwire.actors.control._routes import FANNED, Relays, sort_report
 
 
 @dataclasses.dataclass
@@ -74,3 +74,29 @@ def test_a_broadcast_splits_as_a_round_of_the_same_message_and_regroups_once_a_r
     assert split(*relays.broadcast(ranks, beat)) == ([0, 1, 3], [("relay/h1", m.Fanout(ranks=[2], messages=[beat]), [2])])
     accepted = m.JoinAccepted(rank=0, world_size=4)  # a kind no relay carries: every rank directly
     assert split(*relays.broadcast(ranks, accepted)) == ([0, 1, 2, 3], [])
+
+
+def test_a_relays_report_is_taken_only_for_the_ranks_that_named_it() -> None:
+    """A relay that speaks for a rank behind another relay, for one told directly, or for a rank
+    that never joined, is lying: those entries are counted as forged and dropped, the rest kept in
+    order (batch rows with their column index, beats, then acks and epoch reports)."""
+    mine, other, direct = Rank(0, "relay/h0"), Rank(1, "relay/h1"), Rank(2)
+    ranks = {0: mine, 1: other, 2: direct}
+    ack, ack_other = m.SyncAck(rank=0, cycle=1, step_count=4), m.SyncAck(rank=1, cycle=1, step_count=4)
+    metrics = m.MetricsMsg(rank=0, epoch=0, avg_loss=0.5, batches_processed=4, epoch_ms=9.0, samples_processed=40)
+    report = m.RelayReport(ranks=[1, 0, 9], batch_ms=[1.0, 2.0, 3.0], data_ms=[0.0] * 3, step_counts=[3, 4, 5],
+                           losses=[0.5] * 3, beats=[2, 0], acks=[ack_other, ack], metrics=[metrics])
+    sorted_ = sort_report(report, "relay/h0", ranks)
+    assert sorted_ is not None
+    assert sorted_.rows == [(mine, 1)]
+    assert sorted_.beats == [mine]
+    assert sorted_.told == [(mine, ack), (mine, metrics)]
+    assert sorted_.forged == 4  # rank 1's row, rank 9's row, rank 2's beat, rank 1's ack
+    # A sender with no name speaks for no one, not even for ranks told directly (relay "").
+    nameless = sort_report(m.RelayReport(beats=[2]), "", ranks)
+    assert nameless is not None and (nameless.beats, nameless.forged) == ([], 1)
+
+
+def test_a_relays_report_with_columns_of_different_lengths_is_not_taken_at_all() -> None:
+    report = m.RelayReport(ranks=[0, 1], batch_ms=[1.0], data_ms=[0.0, 0.0], step_counts=[1, 1], losses=[0.1, 0.1])
+    assert sort_report(report, "relay/h0", {0: Rank(0, "relay/h0"), 1: Rank(1, "relay/h0")}) is None
