@@ -45,7 +45,8 @@ def test_a_tell_of_something_that_is_not_a_message_is_refused_before_it_is_numbe
     assert node.send_record("flooder", "sink", BATCH)[0] == 1
 
 
-@pytest.mark.parametrize("module", ["actorwire.transport._node", "actorwire.transport.node._send"])
+@pytest.mark.parametrize("module", ["actorwire.transport._node", "actorwire.transport.node._loop",
+                                    "actorwire.transport.node._send"])
 def test_the_node_waits_on_conditions_not_in_polling_sleeps(module: str) -> None:
     """close, wait_for, a takeover's registration and a re-homed stream polled with sleeps (5 ms, 2 ms,
     staleness/10, 1 ms): each now waits on the node's condition, which the I/O thread notifies (the
@@ -75,7 +76,7 @@ def test_a_refusal_made_on_a_user_thread_is_carried_out_by_the_io_thread(node: N
 
     monkeypatch.setattr(node._root_role, "heard_from_refused",
                         lambda peer, now: [SendRaw(peer, Refused(reason="you are out"))])
-    monkeypatch.setattr(node, "_send_router", send_router)
+    monkeypatch.setattr(node._loop, "_send_router", send_router)
     what = "a reply to an ask it was not sent (correlation id 7)"
     node._out._refuse("peer-1", what)  # as _await_line does, on this (user) thread
     assert sent.wait(10), "the refusal was never carried out"
