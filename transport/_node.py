@@ -157,8 +157,8 @@ class Node:
             self._security.check_tcp(tcp_host(bind_tcp), f"the bind address {bind_tcp}")
 
         # libzmq drops a connection whose frame exceeds this, before Python allocates it.
-        timing = Timing.of(self.config.scaled(self.config.heartbeat_interval),
-                           self.config.scaled(self.config.staleness_timeout))
+        beat, staleness = self.config.scaled(self.config.heartbeat_interval), self.config.scaled(self.config.staleness_timeout)
+        timing = Timing.of(beat, staleness)
         self._sockets = SocketFactory(zmq.Context(), frame_cap=self.config.max_message_size + 64, timing=timing)
         #: The sockets and what is sent on them (transport/node/_wires.py): only the I/O thread's.
         self._wires = wires = Wires(node_id=self.node_id, host=self.host, codec=self._codec, security=self._security,
@@ -180,7 +180,6 @@ class Node:
         wires.meet(self.info, run_id, self._view.nodes)
         self._local: dict[str, Deliver] = {}
         self._bulk: dict[str, DeliverMany] = {}
-        beat, staleness = self.config.scaled(self.config.heartbeat_interval), self.config.scaled(self.config.staleness_timeout)
         #: The root's half of the node protocol (the registry's keeper); None on a member.
         self._root_role: RootRole | None = (
             RootRole(self.info, run_id=run_id, timing=timing, now=time.monotonic(), heartbeat_interval=beat,
@@ -222,6 +221,7 @@ class Node:
             line_gate=self._line_gate, local=self._local, bulk=self._bulk, root_role=self._root_role,
             member_role=self._member_role, wake_r=self._wake_r, on_down=on_down or (lambda name, reason, detail: None),
             changed=self._notify_changed, closing=self._closing, note=self.note,
+            # Outgoing (below) needs the loop's parts; its reply is looked up when an error reply is due.
             reply=lambda target, envelope, source, message: self.reply(target, envelope, source, message))
         self._settle = settle = loop.settle
         #: Set when the root is gone (exited or unreachable): a member node is headless.

@@ -118,7 +118,6 @@ class IOLoop:
         self._send_router, self._send_node = wires.send_router, wires.send_node
         self._sockets = sockets
         self._timing = timing
-        self._beat_interval = config.scaled(config.heartbeat_interval)
         self._staleness = config.scaled(config.staleness_timeout)
         self._outbox = outbox
         self._outbound = outbound
@@ -411,7 +410,6 @@ class IOLoop:
         # Traffic to the root's actors shares the join connection: a second
         # DEALER with our identity would be refused by the root's ROUTER.
         self._wires.links[welcome.root_node_id] = self._wires.links[ROOT_LINK]
-        self._beat_interval = welcome.heartbeat_interval
         self._staleness = welcome.staleness_timeout
         self._timing = self._sockets.timing = self._member_role.timing
         self.joined.set()
