@@ -158,22 +158,25 @@ def sort_report(report: RelayReport, relay: str, ranks: Mapping[int, R]) -> Sort
     n = len(report.ranks)
     if not len(report.batch_ms) == len(report.data_ms) == len(report.step_counts) == len(report.losses) == n:
         return None
+    if not relay:  # a sender with no name speaks for no rank (a rank with no relay has relay "")
+        return Sorted([], [], [], n + len(report.beats) + len(report.acks) + len(report.metrics))
+    # Below, the same test in each loop, inline: it runs once per entry of every report.
     out: Sorted[R] = Sorted([], [], [], 0)
     for i, rank in enumerate(report.ranks):
         r = ranks.get(rank)
-        if r is None or r.relay != relay or not relay:
+        if r is None or r.relay != relay:
             out.forged += 1
         else:
             out.rows.append((r, i))
     for rank in report.beats:
         r = ranks.get(rank)
-        if r is None or r.relay != relay or not relay:
+        if r is None or r.relay != relay:
             out.forged += 1
         else:
             out.beats.append(r)
     for told in (*report.acks, *report.metrics):
         r = ranks.get(told.rank)
-        if r is None or r.relay != relay or not relay:
+        if r is None or r.relay != relay:
             out.forged += 1
         else:
             out.told.append((r, told))
