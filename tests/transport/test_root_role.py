@@ -143,6 +143,21 @@ def test_expel_declares_the_node_dead_but_never_the_root_or_a_stranger() -> None
     assert root.expel("a", "again") == []  # already gone
 
 
+def test_a_member_removed_while_its_link_is_up_is_not_waited_for_by_a_leaving_root() -> None:
+    """The driver closes the link of a node an update removes, its monitor with it, so no drop of
+    that link follows: a root that still counted it as connected waited out the whole liveness
+    grace when it left.  An expulsion and a launched process's exit judged before its connection
+    closed remove a node whose link is up."""
+    root = role(A, B, alive=False)
+    assert root.up == {"a", "b"}
+    root.expel("a", "it opened too many streams")
+    assert root.up == {"b"}
+    root.process_exited("b", -9, 5.0)
+    [published] = root.check(5.0 + DRAIN_AT_MOST)
+    assert isinstance(published, Publish) and published.update.left_nodes == ["b"]
+    assert root.up == set()
+
+
 def test_a_launched_process_that_exited_is_dead_with_its_status_once_its_connection_closed() -> None:
     root = role(A, alive=False)
     root.request("a", 0, Register(names=["w/0"]))

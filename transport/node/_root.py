@@ -85,7 +85,7 @@ class RootRole:
         welcome = Welcome(protocol_version=PROTOCOL_VERSION, run_id=self.run_id, root_node_id=self.node_id,
                           nodes=self.registry.nodes, names=self.registry.names,
                           heartbeat_interval=self.heartbeat_interval, staleness_timeout=self.staleness_timeout)
-        return [Send(source, welcome), Publish(update, skip=source), OpenLink(source)]
+        return [Send(source, welcome), self._publish(update, skip=source), OpenLink(source)]
 
     def request(self, source: str, correlation_id: int, message: Message) -> list[Effect]:
         """A member's (or this node's own) request of the registry; a refusal goes back as
@@ -102,7 +102,7 @@ class RootRole:
                 return [Warn("unexpected node message", {"source": source, "kind": type(message).wire_tag()})]
         except RegistryError as exc:
             return [Answer(source, correlation_id, Refused(reason=str(exc)))] if correlation_id else []
-        effects: list[Effect] = [Publish(update)]
+        effects: list[Effect] = [self._publish(update)]
         if correlation_id:
             effects.append(Answer(source, correlation_id, update))
         return effects
@@ -126,7 +126,7 @@ class RootRole:
 
     def unregister_own(self, name: str) -> list[Effect]:
         """An actor of the root's own process stopped."""
-        return [Publish(self.registry.unregister(self.node_id, [name]))]
+        return [self._publish(self.registry.unregister(self.node_id, [name]))]
 
     def exiting_own(self, actors: list[str], peers: list[str]) -> list[Effect]:
         """This process leaves cleanly: every member that said hello hears it."""
@@ -183,9 +183,9 @@ class RootRole:
         a node that said ``NodeExiting`` meanwhile has left cleanly and neither changes anything."""
         effects: list[Effect] = []
         if pending.returncode is not None:
-            effects.append(Publish(self.registry.process_exited(node, pending.returncode)))
+            effects.append(self._publish(self.registry.process_exited(node, pending.returncode)))
         if pending.down_at is not None:
-            effects.append(Publish(self.registry.disconnected(node, pending.down_at)))
+            effects.append(self._publish(self.registry.disconnected(node, pending.down_at)))
         return effects
 
     def check(self, now: float) -> list[Effect]:
@@ -194,7 +194,7 @@ class RootRole:
         effects = self._judge_due(now, drained=False)
         for update in self.registry.check(now):
             effects += [Warn("node unreachable", {"detail": update.detail, "actors": update.removed}),
-                        Publish(update)]
+                        self._publish(update)]
         return effects
 
     # -- misbehaviour -----------------------------------------------------------
@@ -219,7 +219,13 @@ class RootRole:
         """``peer`` broke the protocol: its node is declared dead (never the root itself)."""
         if peer == self.node_id or not self.registry.has_node(peer):
             return []
-        return [Publish(self.registry.expel(peer, why))]
+        return [self._publish(self.registry.expel(peer, why))]
+
+    def _publish(self, update: RegistryUpdate, skip: str | None = None) -> Publish:
+        """``update`` goes to the members.  A node it removes is no longer waited for by a leaving
+        root: the driver closes its link, monitor and all, so no drop of that link will be seen."""
+        self.up.difference_update(update.left_nodes)
+        return Publish(update, skip=skip)
 
     # -- queries ------------------------------------------------------------------
 
