@@ -25,13 +25,17 @@ from actorwire.actors.control._endings import (
     CASCADE_S,
     AwaitRestart,
     End,
+    EpochEnd,
+    Finish,
     Resume,
     RunEnd,
     Start,
     WatchCascade,
     after_loss,
     after_restart_wait,
+    at_the_end,
     before_start,
+    epoch_end,
     unrecoverable,
 )
 from actorwire.actors.control._groups import NO_GENERATOR, ROUNDS, GroupFormation
@@ -1088,12 +1092,11 @@ class Coordinator(Actor):
         if self.phase is not Phase.RUNNING or self.epoch < 0 or self.end.saved or self.end.cascade is not None:
             return  # (while too few are left, nothing moves: the run ends or restarts)
         alive = self.alive()
-        if not self.reports.complete(self.epoch, alive):
-            return  # a rank has not reported, or still works on a dead rank's remainder
-        if self.sync.in_progress:
-            return  # the epoch ends once its last batches are in the model: the sync's end comes back here
-        if any(r.steps_since_sync for r in alive):
-            self._arm_sync(ctx)  # an epoch is over when it is in every rank's model, not before
+        step = epoch_end(complete=self.reports.complete(self.epoch, alive), syncing=self.sync.in_progress,
+                         unsynced=lambda: any(r.steps_since_sync for r in alive))
+        if step is EpochEnd.SYNC:
+            self._arm_sync(ctx)
+        if step is not EpochEnd.CLOSE:
             return
         metrics = self.reports.close(self.epoch, max(self.ranks) + 1)
         # The ranks get the summary; the per-rank lists go to the metrics sink only.  Broadcast whole,
@@ -1113,34 +1116,28 @@ class Coordinator(Actor):
         if self.phase is not Phase.FINISHING or self.end.saved or self.end.cascade is not None:
             return
         alive = self.alive()
-        if self.sync.in_progress:
-            return  # the last sync must be acknowledged by every alive rank first
         joining = [r for r in self.roster.reachable() if r.waiting]
-        if joining and self.groups.search is None:
-            # Rejoined during the last epoch: they must not end the run with their own initialisation.
-            # They join the group, and its first sync gives them the final model (it comes back here).
+        roles = self.roles
+        evaluator = self.ranks.get(roles.eval) if roles.eval is not None else None
+        step = at_the_end(syncing=self.sync.in_progress, rejoined=bool(joining), forming=self.groups.search is not None,
+                          without_model=lambda: any(not r.has_model for r in alive),
+                          unsynced=lambda: any(r.steps_since_sync for r in alive), final_eval=self.settings.final_eval,
+                          final_eval_sent=roles.final_eval_sent, final_eval_pending=roles.final_eval_pending,
+                          evaluator=evaluator is not None and evaluator.alive)
+        if step is Finish.TAKE_REJOINED:
             ctx.log.warning("ranks that rejoined during the last epoch take the final model", ranks=[r.rank for r in joining])
             for r in joining:
                 r.waiting = False
-            self._start_rendezvous(ctx, fresh=True)
-            return
-        if any(not r.has_model for r in alive):
-            # The first sync on their group gives them the model: the group's session (when one is
-            # being formed) or that sync's end comes back here.
-            self._maybe_sync(ctx)
-            return
-        if any(r.steps_since_sync for r in alive):
-            self._arm_sync(ctx)  # one final consensus reduce
-            return
-        roles = self.roles
-        if self.settings.final_eval and not roles.final_eval_pending and not roles.final_eval_sent:
-            target = self.ranks.get(roles.eval) if roles.eval is not None else None
-            if target is not None and target.alive:
-                roles.final_eval_sent = True
-                roles.final_eval_pending = True
-                self._send_eval(ctx, self.settings.num_epochs, final=True)
-                return
-        if roles.final_eval_pending:
+            self._start_rendezvous(ctx, fresh=True)  # its first sync gives them the model: back here
+        elif step is Finish.GIVE_MODEL:
+            self._maybe_sync(ctx)  # the group's session (when one forms) or the sync's end: back here
+        elif step is Finish.FINAL_SYNC:
+            self._arm_sync(ctx)
+        elif step is Finish.FINAL_EVAL:
+            roles.final_eval_sent = True
+            roles.final_eval_pending = True
+            self._send_eval(ctx, self.settings.num_epochs, final=True)
+        if step is not Finish.DONE:
             return
         self._move(Event.DONE)
         self.end.told_at = ctx.now()

@@ -13,6 +13,10 @@ joined once no more may come, unless fewer than ``min_world_size`` ever can: the
 ``restart_wait``, the launcher may be starting them all again (they simply join again), else the run
 ends.
 
+An epoch ends (:func:`epoch_end`) and the run finishes (:func:`at_the_end`) only once every step
+trained is in every live rank's model: the final consensus sync is never skipped, and a rank that
+rejoined in the last epoch takes the final model before it is told to stop.
+
 These are pure functions (no messages, no clock reads: ``now`` comes in), so each rule is a unit
 test (tests/actors/test_endings.py); the coordinator carries the verdicts out.
 """
@@ -21,7 +25,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Generic, TypeVar
 
 from actorwire.actors.control._ledger import CoordinatorConfig
@@ -91,6 +95,61 @@ def before_start(settings: CoordinatorConfig, *, alive: int, waiting: int, lost:
     if waiting == 0 and alive:
         return Start.BEGIN
     return Start.WAIT_FOR_JOINS
+
+
+class EpochEnd(enum.Enum):
+    """What the epoch's end waits for once every rank reported it (:func:`epoch_end`)."""
+
+    WAIT = "wait"  # a rank has not reported, or a sync is closing: its end comes back here
+    SYNC = "sync"  # a rank trained steps that are not in every rank's model yet: a sync first
+    CLOSE = "close"  # the epoch is in every rank's model: its aggregate goes out
+
+
+def epoch_end(*, complete: bool, syncing: bool, unsynced: Callable[[], bool]) -> EpochEnd:
+    """``complete``: every live rank reported the epoch, with no dead rank's remainder left to
+    train; ``syncing``: a sync cycle is open; ``unsynced()``: a live rank holds steps no sync took
+    (a pass over the ranks, asked only when the answer matters: this runs at every report)."""
+    if not complete or syncing:
+        return EpochEnd.WAIT
+    if unsynced():
+        return EpochEnd.SYNC  # an epoch is over when it is in every rank's model, not before
+    return EpochEnd.CLOSE
+
+
+class Finish(enum.Enum):
+    """What stands between the last epoch's aggregate and the run's end (:func:`at_the_end`)."""
+
+    WAIT = "wait"  # a sync's acks, or the final eval's answer
+    TAKE_REJOINED = "take the rejoined"  # ranks that rejoined in the last epoch join the group first
+    GIVE_MODEL = "give the model"  # a rank that does not hold the run's model takes it in a sync
+    FINAL_SYNC = "final sync"  # a rank holds steps no sync took: one final consensus reduce
+    FINAL_EVAL = "final eval"  # asked of the eval rank; its answer comes back here
+    DONE = "done"  # every rank holds the same model, every step in it: the ranks are told to stop
+
+
+def at_the_end(*, syncing: bool, rejoined: bool, forming: bool, without_model: Callable[[], bool],
+               unsynced: Callable[[], bool], final_eval: bool, final_eval_sent: bool, final_eval_pending: bool,
+               evaluator: bool) -> Finish:
+    """The next step to the run's end after its last epoch.  ``rejoined``: ranks rejoined during the
+    last epoch wait for a share; ``forming``: a process group is being formed; ``without_model()``:
+    a live rank does not hold the run's model; ``unsynced()``: a live rank holds steps no sync took
+    (each a pass over the ranks, asked in this order only when the answer matters);
+    ``final_eval``: the run asks for a final eval, ``evaluator``: the eval rank lives."""
+    if syncing:
+        return Finish.WAIT  # the last sync must be acknowledged by every live rank first
+    if rejoined and not forming:
+        # They must not end the run with their own initialisation: they join the group, and its
+        # first sync gives them the final model.
+        return Finish.TAKE_REJOINED
+    if without_model():
+        return Finish.GIVE_MODEL
+    if unsynced():
+        return Finish.FINAL_SYNC
+    if final_eval and not final_eval_pending and not final_eval_sent and evaluator:
+        return Finish.FINAL_EVAL
+    if final_eval_pending:
+        return Finish.WAIT
+    return Finish.DONE
 
 
 def unrecoverable(settings: CoordinatorConfig, *, alive: int, failures: int) -> SaveReason | None:

@@ -11,13 +11,17 @@ from actorwire.actors.control._endings import (
     CASCADE_S,
     AwaitRestart,
     End,
+    EpochEnd,
+    Finish,
     Resume,
     RunEnd,
     Start,
     WatchCascade,
     after_loss,
     after_restart_wait,
+    at_the_end,
     before_start,
+    epoch_end,
     unrecoverable,
 )
 from actorwire.actors.control._ledger import CoordinatorConfig
@@ -157,3 +161,40 @@ def test_a_watched_end_is_decided_cascade_s_after_the_first_death_that_left_too_
 def test_nothing_is_watched_out_of_an_end_that_is_not_watched() -> None:
     end = RunEnd()
     assert end.watched_out(1e9) is None and end.saved is None and end.message is None
+
+
+def test_an_epoch_ends_only_once_every_rank_reported_no_sync_is_open_and_every_step_is_in_the_model() -> None:
+    asked: list[str] = []
+
+    def unsynced(answer: bool) -> Any:
+        return lambda: asked.append("unsynced") or answer
+
+    assert epoch_end(complete=False, syncing=False, unsynced=unsynced(False)) is EpochEnd.WAIT
+    assert epoch_end(complete=True, syncing=True, unsynced=unsynced(True)) is EpochEnd.WAIT  # its end comes back
+    assert asked == []  # the pass over the ranks is not made while the answer cannot matter
+    assert epoch_end(complete=True, syncing=False, unsynced=unsynced(True)) is EpochEnd.SYNC
+    assert epoch_end(complete=True, syncing=False, unsynced=unsynced(False)) is EpochEnd.CLOSE
+
+
+_END = ("syncing", "rejoined", "forming", "without_model", "unsynced", "final_eval", "final_eval_sent",
+        "final_eval_pending", "evaluator")
+
+
+def test_a_run_is_done_only_when_every_rank_holds_one_model_with_every_step_in_it() -> None:
+    """Every combination of what the coordinator knows at the end.  DONE (the ranks are told to stop
+    and write their models) never while a sync is open, a rank holds steps no sync took, a rank does
+    not hold the run's model, ranks that rejoined in the last epoch were not taken in while no group
+    forms, or a final eval that can be asked was not answered.  And the end never stalls: it waits
+    only for what comes back by itself (a sync's acks, the final eval's answer)."""
+    for bits in range(2 ** len(_END)):
+        s = {name: bool(bits >> i & 1) for i, name in enumerate(_END)}
+        without_model, unsynced = s["without_model"], s["unsynced"]
+        step = at_the_end(**{**s, "without_model": without_model.__bool__, "unsynced": unsynced.__bool__})
+        if step is Finish.DONE:
+            assert not (s["syncing"] or s["unsynced"] or s["without_model"] or s["final_eval_pending"]), s
+            assert not s["rejoined"] or s["forming"], s  # a forming group's session comes back here
+            assert not (s["final_eval"] and s["evaluator"] and not s["final_eval_sent"]), s
+        if step is Finish.WAIT:
+            assert s["syncing"] or s["final_eval_pending"], s
+        if step is Finish.FINAL_EVAL:
+            assert s["evaluator"] and not s["final_eval_sent"], s
