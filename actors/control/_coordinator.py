@@ -1119,7 +1119,7 @@ class Coordinator(Actor):
         joining = [r for r in self.roster.reachable() if r.waiting]
         roles = self.roles
         evaluator = self.ranks.get(roles.eval) if roles.eval is not None else None
-        step = at_the_end(syncing=self.sync.in_progress, rejoined=bool(joining), forming=self.groups.search is not None,
+        step = at_the_end(syncing=self.sync.in_progress, rejoined=bool(joining),
                           without_model=lambda: any(not r.has_model for r in alive),
                           unsynced=lambda: any(r.steps_since_sync for r in alive), final_eval=self.settings.final_eval,
                           final_eval_sent=roles.final_eval_sent, final_eval_pending=roles.final_eval_pending,
@@ -1128,7 +1128,7 @@ class Coordinator(Actor):
             ctx.log.warning("ranks that rejoined during the last epoch take the final model", ranks=[r.rank for r in joining])
             for r in joining:
                 r.waiting = False
-            self._start_rendezvous(ctx, fresh=True)  # its first sync gives them the model: back here
+            self._start_rendezvous(ctx, fresh=True)  # replaces a search in progress; its first sync: back here
         elif step is Finish.GIVE_MODEL:
             self._maybe_sync(ctx)  # the group's session (when one forms) or the sync's end: back here
         elif step is Finish.FINAL_SYNC:

@@ -127,19 +127,20 @@ class Finish(enum.Enum):
     DONE = "done"  # every rank holds the same model, every step in it: the ranks are told to stop
 
 
-def at_the_end(*, syncing: bool, rejoined: bool, forming: bool, without_model: Callable[[], bool],
+def at_the_end(*, syncing: bool, rejoined: bool, without_model: Callable[[], bool],
                unsynced: Callable[[], bool], final_eval: bool, final_eval_sent: bool, final_eval_pending: bool,
                evaluator: bool) -> Finish:
     """The next step to the run's end after its last epoch.  ``rejoined``: ranks rejoined during the
-    last epoch wait for a share; ``forming``: a process group is being formed; ``without_model()``:
+    last epoch wait for a share; ``without_model()``:
     a live rank does not hold the run's model; ``unsynced()``: a live rank holds steps no sync took
     (each a pass over the ranks, asked in this order only when the answer matters);
     ``final_eval``: the run asks for a final eval, ``evaluator``: the eval rank lives."""
     if syncing:
         return Finish.WAIT  # the last sync must be acknowledged by every live rank first
-    if rejoined and not forming:
+    if rejoined:
         # They must not end the run with their own initialisation: they join the group, and its
-        # first sync gives them the final model.
+        # first sync gives them the final model.  Also while a group forms (a fresh search replaces
+        # it, as at an epoch's start): the run ended with them waiting, holding no model.
         return Finish.TAKE_REJOINED
     if without_model():
         return Finish.GIVE_MODEL

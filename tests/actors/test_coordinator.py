@@ -714,6 +714,43 @@ def test_a_restarted_rank_rejoins_at_the_next_epoch_and_gets_a_share_again() -> 
     assert any(isinstance(s.message, m.RequestNewNcclId) for s in out)  # the group takes it in
 
 
+def test_a_rank_that_rejoined_in_the_last_epoch_takes_the_final_model_even_while_a_group_forms() -> None:
+    """The rank lost in the last epoch came back while the survivors' group was still forming: the
+    run ended with it waiting, without the model (it would write its own initialisation as the
+    result), and the outcome counted it among the ranks that finished with the final model."""
+    h = make(num_epochs=1)
+    join_all(h)
+    h.take()
+    h.down("worker/1", m.DownReason.DEAD, "status -9")
+    assert h.actor.groups.search is not None  # the survivors' group forms
+    h.ask(m.JoinRequest(rank=1, world_size=3, run_id=RUN, model_signature="sig"), sender="worker/1")
+    h.take()
+
+    def answer_the_final_eval() -> list:
+        asked = [s for s in h.outbox if isinstance(s.message, m.ExecuteEval) and s.message.final]
+        for s in asked:
+            h.deliver(m.EvalResult(rank=0, schedule_id=FINAL_EVAL, epoch=1, metric=0.8, elapsed_ms=1.0),
+                      sender=s.target)
+        return asked
+
+    for rank in (0, 2):
+        h.deliver(m.MetricsMsg(rank=rank, epoch=0, avg_loss=0.5, batches_processed=45, epoch_ms=100.0,
+                               samples_processed=45, share_complete_ms=100.0, extensions=1), sender=f"worker/{rank}")
+    answer_the_final_eval()
+    out = h.take()
+    assert not [s for s in out if isinstance(s.message, m.Shutdown)], \
+        "the run ended while a rank that rejoined in the last epoch waited without the model"
+    request = [s for s in out if isinstance(s.message, m.RequestNewNcclId)][-1]  # a group with it in
+    h.deliver(m.NewNcclIdGenerated(rank=int(request.target[-1]), uid=b"u", attempt=request.message.attempt),
+              sender=request.target)
+    syncs = [(s.target, s.message) for s in h.outbox if isinstance(s.message, m.SyncNow)]
+    assert [t for t, _ in syncs] == ["worker/0", "worker/1", "worker/2"]  # it takes the final model
+    settle(h)
+    assert h.actor.ranks[1].has_model
+    assert answer_the_final_eval()
+    assert [t for t, _ in sent(h, m.Shutdown)] == ["worker/0", "worker/1", "worker/2"]
+
+
 def test_a_rank_declared_dead_that_speaks_again_is_told_to_leave_once() -> None:
     """Stopped past the staleness timeout, then continued: it waited for plans that never came (a
     revived SIGSTOPped worker crashed)."""

@@ -176,15 +176,15 @@ def test_an_epoch_ends_only_once_every_rank_reported_no_sync_is_open_and_every_s
     assert epoch_end(complete=True, syncing=False, unsynced=unsynced(False)) is EpochEnd.CLOSE
 
 
-_END = ("syncing", "rejoined", "forming", "without_model", "unsynced", "final_eval", "final_eval_sent",
+_END = ("syncing", "rejoined", "without_model", "unsynced", "final_eval", "final_eval_sent",
         "final_eval_pending", "evaluator")
 
 
 def test_a_run_is_done_only_when_every_rank_holds_one_model_with_every_step_in_it() -> None:
     """Every combination of what the coordinator knows at the end.  DONE (the ranks are told to stop
     and write their models) never while a sync is open, a rank holds steps no sync took, a rank does
-    not hold the run's model, ranks that rejoined in the last epoch were not taken in while no group
-    forms, or a final eval that can be asked was not answered.  And the end never stalls: it waits
+    not hold the run's model, ranks that rejoined in the last epoch were not taken in (also while a
+    group forms: the run ended with them waiting), or a final eval that can be asked was not answered.  And the end never stalls: it waits
     only for what comes back by itself (a sync's acks, the final eval's answer)."""
     for bits in range(2 ** len(_END)):
         s = {name: bool(bits >> i & 1) for i, name in enumerate(_END)}
@@ -192,7 +192,7 @@ def test_a_run_is_done_only_when_every_rank_holds_one_model_with_every_step_in_i
         step = at_the_end(**{**s, "without_model": without_model.__bool__, "unsynced": unsynced.__bool__})
         if step is Finish.DONE:
             assert not (s["syncing"] or s["unsynced"] or s["without_model"] or s["final_eval_pending"]), s
-            assert not s["rejoined"] or s["forming"], s  # a forming group's session comes back here
+            assert not s["rejoined"], s
             assert not (s["final_eval"] and s["evaluator"] and not s["final_eval_sent"]), s
         if step is Finish.WAIT:
             assert s["syncing"] or s["final_eval_pending"], s
