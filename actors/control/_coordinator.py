@@ -329,7 +329,8 @@ class Coordinator(Actor):
             said += [ExtendPartition(partition_offset=start, partition_size=n, epoch=self.epoch)
                      for start, n in r.slices[1:]]
         if self.sync.in_progress:
-            if r.rank not in self.sync.acked and self.sync_said is not None:
+            # The cycle's SyncNow went to the ranks in the run: one waiting to rejoin is not in its group.
+            if r.rank not in self.sync.acked and not r.waiting and self.sync_said is not None:
                 said.append(self.sync_said)
         else:  # (while one is, its end tells every rank the global step)
             said.append(SetGlobalStep(global_step=self.global_step))

@@ -454,6 +454,28 @@ def test_a_rank_that_acked_the_cycle_in_progress_is_told_neither_it_nor_a_global
     assert [type(msg).__name__ for target, msg in again if target == "worker/1"] == ["StartEpoch", "SyncNow"]
 
 
+def test_a_rank_waiting_to_rejoin_is_not_told_the_cycle_in_progress_when_its_relay_dies() -> None:
+    """A restarted rank waits for the next epoch outside the group, and a cycle's ``SyncNow`` goes
+    only to the ranks in the run.  When its relay died, the coordinator told it the cycle in
+    progress all the same: it would enter an all-reduce of a group it is not in."""
+    h = coordinator({0: "relay/a", 1: "relay/a"})
+    h.advance(2.0)
+    h.down("worker/1", m.DownReason.DEAD, "status -9")
+    h.take()
+    assert h.ask(m.JoinRequest(rank=1, world_size=3, run_id=RUN, model_signature="s", relay="relay/a"),
+                 sender="worker/1") == m.JoinAccepted(rank=1, world_size=3)
+    assert h.actor.ranks[1].waiting
+    h.deliver(report(0, 0), sender="relay/a")
+    for _ in range(3):
+        h.deliver(m.Batch(rank=2, batch_ms=10.0, step_count=2, batch_loss=0.5), sender="worker/2")
+    assert h.actor.sync.in_progress
+    assert "worker/1" not in [t for t, msg in told(h.take()) if isinstance(msg, m.SyncNow)]
+    again = told(h.down("relay/a", m.DownReason.DEAD, "status -9"))
+    assert [type(msg).__name__ for target, msg in again if target == "worker/0"] == [
+        "StartEpoch", "ExtendPartition", "SyncNow"]
+    assert not [msg for target, msg in again if target == "worker/1" and isinstance(msg, m.SyncNow)]
+
+
 def test_a_worker_behind_a_live_relay_hears_the_coordinator_through_it_and_finishes_whole(system) -> None:  # type: ignore[no-untyped-def]
     """The real runtime, the relay alive all along: the plans, syncs and the end reach the rank in the
     relay's Fanout, its acks and reports come in the relay's report, and every epoch is trained.
