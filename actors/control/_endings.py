@@ -131,10 +131,10 @@ def at_the_end(*, syncing: bool, rejoined: bool, without_model: Callable[[], boo
                unsynced: Callable[[], bool], final_eval: bool, final_eval_sent: bool, final_eval_pending: bool,
                evaluator: bool) -> Finish:
     """The next step to the run's end after its last epoch.  ``rejoined``: ranks rejoined during the
-    last epoch wait for a share; ``without_model()``:
-    a live rank does not hold the run's model; ``unsynced()``: a live rank holds steps no sync took
-    (each a pass over the ranks, asked in this order only when the answer matters);
-    ``final_eval``: the run asks for a final eval, ``evaluator``: the eval rank lives."""
+    last epoch wait for a share; ``without_model()``: a live rank does not hold the run's model;
+    ``unsynced()``: a live rank holds steps no sync took (each a pass over the ranks, asked in this
+    order only when the answer matters); ``final_eval``: the run asks for a final eval;
+    ``evaluator``: the eval rank lives."""
     if syncing:
         return Finish.WAIT  # the last sync must be acknowledged by every live rank first
     if rejoined:
