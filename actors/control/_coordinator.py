@@ -386,10 +386,12 @@ class Coordinator(Actor):
     @_phased
     def on_join(self, msg: JoinRequest, ctx: Context) -> None:
         # A rank restarted by its launcher (a new incarnation under the same name) or one that came
-        # late may join a running run: it gets a share from the next epoch on. A rank is refused
-        # only while an incarnation of it is alive.
+        # late may join a running run: it gets a share from the next epoch on, or, once the last
+        # epoch ended, the final model before the end. A rank is refused only while an incarnation
+        # of it is alive.
         current = self.ranks.get(msg.rank)
-        rejoin = self.phase in (Phase.RUNNING, Phase.RESTARTING) and (current is None or not current.alive)
+        rejoin = (self.phase in (Phase.RUNNING, Phase.RESTARTING, Phase.FINISHING)
+                  and (current is None or not current.alive))
         live = {msg.rank: current} if current is not None and current.alive else {}  # all join_refusal reads
         taken = self.phase is Phase.RUNNING and current is not None and current.alive  # say who holds it
         reason = join_refusal(self.settings, msg, started=self.phase is not Phase.JOINING and not rejoin and not taken,
@@ -397,6 +399,8 @@ class Coordinator(Actor):
                               signature=self.settings.model_signature or self._signature)
         if self.end.saved is not None:
             reason = f"the run has ended ({self.end.saved.value})"
+        elif self.phase is Phase.STOPPING:
+            reason = f"the run has ended; rank {msg.rank} cannot join now"
         if reason is not None:
             ctx.log.warning("join refused", rank=msg.rank, reason=reason)
             if ctx.correlation_id:
@@ -422,7 +426,9 @@ class Coordinator(Actor):
         self.roster.add(r)  # counted from here on
         self.losses.joined(msg.rank, rejoin=r.waiting)  # a new incarnation: what was lost is back
         self.sync.fresh.add(msg.rank)  # it takes the run's model in its first sync, before it trains
-        if r.waiting:
+        if r.waiting and self.phase is Phase.FINISHING:
+            ctx.log.warning("rank rejoined after the last epoch; it takes the final model", rank=msg.rank)
+        elif r.waiting:
             ctx.log.warning("rank rejoined; it gets a share from the next epoch", rank=msg.rank, epoch=self.epoch)
         accepted = JoinAccepted(rank=msg.rank, world_size=self.settings.world_size)
         if self.phase is Phase.RESTARTING and self.roles.written is not None:
@@ -438,6 +444,8 @@ class Coordinator(Actor):
             self._maybe_begin(ctx)
         elif self.phase is Phase.RESTARTING:
             self._maybe_resume(ctx, ctx.now())
+        elif self.phase is Phase.FINISHING:
+            self._maybe_finish(ctx)  # it takes the final model before anyone is told Shutdown
 
     def _watch_relay(self, ctx: Context, relay: str, rank: int) -> str:
         """The relay a joining rank named, watched (its death is a fault the coordinator handles); ""

@@ -1293,3 +1293,34 @@ def test_a_lone_nccl_survivor_waits_to_see_whether_the_launcher_stops_it_too_whe
     alone.advance(2.0)  # the survivor is still there: a real lone survivor, the run ends as before
     (saved,) = [msg for target, msg in sent(alone, m.ShutdownWithSave) if target == "main"]
     assert saved.reason is m.SaveReason.SINGLE_SURVIVOR
+
+
+def test_a_rank_restarted_while_the_run_finishes_rejoins_and_takes_the_final_model() -> None:
+    """A rank died after the last epoch (during the final eval) and its launcher restarted it: the
+    new incarnation was refused ("the run has started; rank 1 cannot join now") and exited 1, so a
+    run that trained every epoch ended with a failed task (a failed SLURM job, a torchrun restart)."""
+    h = make(num_epochs=1)
+    join_all(h)
+    h.take()
+    for rank in range(3):
+        metrics(h, rank, 0)
+    assert h.actor.phase.value == "finishing"
+    [asked] = [s for s in h.take() if isinstance(s.message, m.ExecuteEval) and s.message.final]
+    h.down("worker/1", m.DownReason.DEAD, "status -9")
+    h.take()
+    reply = h.ask(m.JoinRequest(rank=1, world_size=3, run_id=RUN, model_signature="sig"), sender="worker/1")
+    assert reply == m.JoinAccepted(rank=1, world_size=3)
+    h.deliver(m.EvalResult(rank=0, schedule_id=FINAL_EVAL, epoch=1, metric=0.8, elapsed_ms=1.0), sender=asked.target)
+    out = h.take()
+    assert not [s for s in out if isinstance(s.message, m.Shutdown)], "the run ended without the restarted rank"
+    request = [s for s in out if isinstance(s.message, m.RequestNewNcclId)][-1]  # a group with it in
+    h.deliver(m.NewNcclIdGenerated(rank=int(request.target[-1]), uid=b"u", attempt=request.message.attempt),
+              sender=request.target)
+    syncs = [s.target for s in h.outbox if isinstance(s.message, m.SyncNow)]
+    assert syncs == ["worker/0", "worker/1", "worker/2"]  # the sync that gives it the final model
+    settle(h)
+    assert h.actor.ranks[1].has_model
+    assert [t for t, _ in sent(h, m.Shutdown)] == ["worker/0", "worker/1", "worker/2"]
+    h.down("worker/2", m.DownReason.DEAD, "status -9")  # once Shutdown is out, the run is over
+    assert h.ask(m.JoinRequest(rank=2, world_size=3, run_id=RUN, model_signature="sig"), sender="worker/2") == \
+        m.JoinRejected(reason="the run has ended; rank 2 cannot join now")

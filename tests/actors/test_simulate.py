@@ -246,6 +246,19 @@ def test_a_restarted_rank_rejoins_and_trains_again() -> None:
     assert isinstance(sim.ended, m.Shutdown) and sim.coordinator.failures == 1
 
 
+def test_a_rank_restarted_while_the_run_finishes_ends_with_the_final_model() -> None:
+    """Killed after the last epoch, while the final eval ran (held by a pause of the eval rank), and
+    started again: the new incarnation was refused and ended as a failed process."""
+    sim = _run([])
+    last = [t for t, msg in sim.sunk if isinstance(msg, m.EpochMetrics)][-1]
+    sim = _run([Fault("pause_short", last + 0.001, 0, duration=1.0), Fault("restart", last + 0.002, 1, duration=0.05)])
+    assert isinstance(sim.ended, m.Shutdown)
+    finishers = sim.finishers()
+    assert sorted(r.rank for r in finishers) == [0, 1, 2]
+    assert next(r for r in finishers if r.rank == 1) is not sim.incarnations[1]  # the new incarnation
+    assert all(r.model.params == finishers[0].model.params for r in finishers)
+
+
 def test_a_lone_nccl_survivor_saves_and_the_invariant_catches_one_that_goes_on(
         monkeypatch: pytest.MonkeyPatch) -> None:
     mid = _mid_epoch()
