@@ -337,7 +337,7 @@ class Coordinator(Actor):
         last = self.reports.last()
         if last is not None:
             said.append(EpochAggregated(metrics=last))
-        if self.roles.final_eval_pending and self.roles.eval == r.rank and self.roles.final_eval_said is not None:
+        if self._asked_final_eval(r.rank) and self.roles.final_eval_said is not None:
             said.append(self.roles.final_eval_said)
         return said
 
@@ -645,13 +645,15 @@ class Coordinator(Actor):
         ctx.log.error("rank lost", rank=r.rank, phase=self.phase, epoch=self.epoch, reason=why, remainder=remainder)
         self._sink(ctx, RankLost(rank=r.rank, epoch=self.epoch, reason=why, world_size=len(self.alive())))
         self.groups.lost(ctx.now())
-        held_eval = r.rank == self.roles.eval
+        asked_final = self._asked_final_eval(r.rank)
         if self.roles.holds_a_role(r.rank):
             self._elect_roles(ctx, force=True)
-        if held_eval and self.roles.final_eval_pending and self.alive():
-            # Its final eval died with it: the run would wait for that answer forever (found by
-            # the simulator). The new eval rank runs it.
-            self._send_eval(ctx, self.settings.num_epochs, final=True)
+        if asked_final and not (self.alive() and self._send_eval(ctx, self.settings.num_epochs, final=True)):
+            # Its final eval died with it: the new eval rank runs it; with none left, the run ends
+            # without it rather than wait for an answer no rank can give.
+            self.roles.final_eval_pending = False
+            ctx.log.warning("the final eval died with its rank and no live rank can evaluate; the run ends "
+                            "without it", rank=r.rank)
         if self.settings.backend == "nccl":
             self._tell_all(ctx, DeclareDead(rank=r.rank))
         self.losses.died(ctx.now())
@@ -838,15 +840,23 @@ class Coordinator(Actor):
             self._start_rendezvous(ctx, fresh=True)  # a fresh search replaces the one in progress
         self._maybe_sync(ctx)  # the ranks that do not hold the model take it before they train
 
-    def _send_eval(self, ctx: Context, epoch: int, final: bool = False) -> None:
+    def _send_eval(self, ctx: Context, epoch: int, final: bool = False) -> bool:
+        """Ask the eval rank for an eval; False when no live rank holds the role."""
         target = self.ranks.get(self.roles.eval) if self.roles.eval is not None else None
         if target is None or not target.alive:
-            return
+            return False
         message = ExecuteEval(schedule_id=self.roles.eval_id(final), epoch=epoch, target_rank=target.rank,
                               final=final)
         if final:
             self.roles.final_eval_said = message
         self._tell(ctx, target, message)
+        return True
+
+    def _asked_final_eval(self, rank: int) -> bool:
+        """``rank`` was asked for the final eval and its answer is awaited (the eval role may have
+        moved since: every role moves when the holder of one dies)."""
+        said = self.roles.final_eval_said
+        return self.roles.final_eval_pending and said is not None and said.target_rank == rank
 
     def _send_checkpoint(self, ctx: Context, version: int) -> None:
         target = self.ranks.get(self.roles.checkpoint) if self.roles.checkpoint is not None else None
@@ -954,7 +964,13 @@ class Coordinator(Actor):
     @handler
     @_phased
     def on_eval(self, msg: EvalResult, ctx: Context) -> None:
-        if self._from_rank(ctx, msg.rank) is None:
+        r = self._from_rank(ctx, msg.rank)
+        if r is None:
+            return
+        if msg.schedule_id == FINAL_EVAL and not (r.alive and self._asked_final_eval(msg.rank)):
+            # The run's end waits for this answer: only the live rank it was asked of gives it
+            # (one counted dead after it was asked saw its eval go to another rank).
+            ctx.log.warning("a final eval answer the run does not wait for; ignored", rank=msg.rank)
             return
         if msg.error is not None:
             ctx.log.warning("eval failed; not retried", rank=msg.rank, error=msg.error)

@@ -24,13 +24,14 @@ def make(world: int = 3, **overrides) -> ActorHarness:
     return h
 
 
-def join_all(h: ActorHarness, world: int = 3, *, seed: bool = True) -> list:
-    """Every rank joins; with ``seed``, the first sync (every rank takes rank 0's model) completes and
-    its messages are taken out of the outbox (``test_the_first_sync_gives_every_rank_one_model``)."""
+def join_all(h: ActorHarness, world: int = 3, *, seed: bool = True, evaluators: range | list[int] | None = None) -> list:
+    """Every rank joins (``evaluators``: the ranks with an eval function, every one by default); with
+    ``seed``, the first sync (every rank takes rank 0's model) completes and its messages are taken
+    out of the outbox (``test_the_first_sync_gives_every_rank_one_model``)."""
     out = []
     for rank in range(world):
-        reply = h.ask(m.JoinRequest(rank=rank, world_size=world, run_id=RUN, model_signature="sig"),
-                      sender=f"worker/{rank}")
+        reply = h.ask(m.JoinRequest(rank=rank, world_size=world, run_id=RUN, model_signature="sig",
+                                    evaluates=evaluators is None or rank in evaluators), sender=f"worker/{rank}")
         assert reply == m.JoinAccepted(rank=rank, world_size=world)
     seeding = [s for s in h.outbox if isinstance(s.message, m.SyncNow)]
     if seed and seeding:  # (with form_group the first sync waits for the group: the test forms it)
@@ -1324,3 +1325,78 @@ def test_a_rank_restarted_while_the_run_finishes_rejoins_and_takes_the_final_mod
     h.down("worker/2", m.DownReason.DEAD, "status -9")  # once Shutdown is out, the run is over
     assert h.ask(m.JoinRequest(rank=2, world_size=3, run_id=RUN, model_signature="sig"), sender="worker/2") == \
         m.JoinRejected(reason="the run has ended; rank 2 cannot join now")
+
+
+def test_the_final_eval_is_taken_only_from_the_live_rank_it_was_asked_of() -> None:
+    """The run's end waits for the final eval's answer: any proven rank's answer ended it, one not
+    asked (a buggy or lying peer) or one counted dead after it was asked (its share, and the eval,
+    went to another rank), and everyone was told Shutdown while the eval that counts still ran."""
+    h = make(num_epochs=1)
+    join_all(h)
+    h.take()
+    for rank in range(3):
+        metrics(h, rank, 0)
+    [asked] = [s for s in h.take() if isinstance(s.message, m.ExecuteEval) and s.message.final]
+    assert asked.target == "worker/0"
+
+    def answer(rank: int) -> list:
+        h.deliver(m.EvalResult(rank=rank, schedule_id=FINAL_EVAL, epoch=1, metric=0.8, elapsed_ms=1.0),
+                  sender=f"worker/{rank}")
+        return [s for s in h.take() if isinstance(s.message, (m.Shutdown, m.EvalBroadcast))]
+
+    assert answer(2) == []  # not asked
+    h.down("worker/0", m.DownReason.UNREACHABLE, "no connection for 1.6 s")
+    [again] = [s for s in h.take() if isinstance(s.message, m.ExecuteEval) and s.message.final]
+    assert again.target != "worker/0"
+    assert answer(0) == []  # counted dead: its eval went to another rank
+    assert [s.target for s in answer(int(again.target[-1])) if isinstance(s.message, m.Shutdown)] == [
+        "worker/1", "worker/2"]
+
+
+def _to_the_final_eval(h: ActorHarness) -> m.ExecuteEval:
+    """Batches (worker/2 the fastest), the epoch's metrics, the final sync: the final eval's request."""
+    for rank, ms in ((0, 50.0), (1, 50.0), (2, 5.0)):
+        batch(h, rank, ms=ms)
+    for rank in range(3):
+        metrics(h, rank, 0)
+    settle(h)
+    [asked] = [s.message for s in h.take() if isinstance(s.message, m.ExecuteEval) and s.message.final]
+    return asked
+
+
+def test_the_final_eval_is_taken_from_the_rank_asked_after_the_eval_role_moved() -> None:
+    """The holder of the other roles died while the final eval ran: every role moved to the
+    fastest rank, and the answer of the rank that was asked must still end the run."""
+    h = make(num_epochs=1)
+    join_all(h, evaluators=[1, 2])
+    h.take()
+    assert _to_the_final_eval(h).target_rank == 1
+    h.down("worker/0", m.DownReason.DEAD, "status -9")  # held the checkpoint and epoch roles
+    assert h.actor.roles.eval == 2
+    h.take()
+    h.deliver(m.EvalResult(rank=1, schedule_id=FINAL_EVAL, epoch=1, metric=0.8, elapsed_ms=1.0), sender="worker/1")
+    assert [t for t, _ in sent(h, m.Shutdown)] == ["worker/1", "worker/2"]
+
+
+def test_the_final_eval_is_asked_again_when_the_rank_asked_dies_after_the_role_moved() -> None:
+    h = make(num_epochs=1)
+    join_all(h, evaluators=[1, 2])
+    h.take()
+    assert _to_the_final_eval(h).target_rank == 1
+    h.down("worker/0", m.DownReason.DEAD, "status -9")  # the roles move to worker/2
+    h.take()
+    h.down("worker/1", m.DownReason.DEAD, "status -9")  # the rank asked: its eval died with it
+    [again] = [s.message for s in h.take() if isinstance(s.message, m.ExecuteEval) and s.message.final]
+    assert again.target_rank == 2
+    h.deliver(m.EvalResult(rank=2, schedule_id=FINAL_EVAL, epoch=1, metric=0.8, elapsed_ms=1.0), sender="worker/2")
+    assert [t for t, _ in sent(h, m.Shutdown)] == ["worker/2"]
+
+
+def test_a_run_whose_only_evaluator_dies_in_the_final_eval_ends_without_it() -> None:
+    """The run waited for an answer no rank could give."""
+    h = make(num_epochs=1)
+    join_all(h, evaluators=[0])
+    h.take()
+    assert _to_the_final_eval(h).target_rank == 0
+    h.down("worker/0", m.DownReason.DEAD, "status -9")
+    assert [t for t, _ in sent(h, m.Shutdown)] == ["worker/1", "worker/2"]
