@@ -102,7 +102,9 @@ class RootRole:
                 return [Warn("unexpected node message", {"source": source, "kind": type(message).wire_tag()})]
         except RegistryError as exc:
             return [Answer(source, correlation_id, Refused(reason=str(exc)))] if correlation_id else []
-        effects: list[Effect] = [self._publish(update)]
+        # A node that leaves cleanly closes its sockets after it said so: a leaving root still waits
+        # for it (until its drop is seen, or the grace ends); closing under it aborts libzmq there.
+        effects: list[Effect] = [Publish(update) if isinstance(message, NodeExiting) else self._publish(update)]
         if correlation_id:
             effects.append(Answer(source, correlation_id, update))
         return effects
@@ -223,7 +225,8 @@ class RootRole:
 
     def _publish(self, update: RegistryUpdate, skip: str | None = None) -> Publish:
         """``update`` goes to the members.  A node it removes is no longer waited for by a leaving
-        root: the driver closes its link, monitor and all, so no drop of that link will be seen."""
+        root: the driver closes its link, monitor and all, so no drop of that link will be seen
+        (but for a clean exit, :meth:`request`)."""
         self.up.difference_update(update.left_nodes)
         return Publish(update, skip=skip)
 
