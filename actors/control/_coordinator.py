@@ -337,7 +337,7 @@ class Coordinator(Actor):
         last = self.reports.last()
         if last is not None:
             said.append(EpochAggregated(metrics=last))
-        if self._asked_final_eval(r.rank) and self.roles.final_eval_said is not None:
+        if self.roles.awaits_eval(FINAL_EVAL, r.rank) and self.roles.final_eval_said is not None:
             said.append(self.roles.final_eval_said)
         return said
 
@@ -390,13 +390,8 @@ class Coordinator(Actor):
         # epoch ended, the final model before the end. A rank is refused only while an incarnation
         # of it is alive.
         current = self.ranks.get(msg.rank)
-        rejoin = (self.phase in (Phase.RUNNING, Phase.RESTARTING, Phase.FINISHING)
-                  and (current is None or not current.alive))
         live = {msg.rank: current} if current is not None and current.alive else {}  # all join_refusal reads
-        taken = self.phase is Phase.RUNNING and current is not None and current.alive  # say who holds it
-        reason = join_refusal(self.settings, msg, started=self.phase is not Phase.JOINING and not rejoin and not taken,
-                              joined=live,
-                              signature=self.settings.model_signature or self._signature)
+        reason = join_refusal(self.settings, msg, joined=live, signature=self.settings.model_signature or self._signature)
         if self.end.saved is not None:
             reason = f"the run has ended ({self.end.saved.value})"
         elif self.phase is Phase.STOPPING:
@@ -645,7 +640,7 @@ class Coordinator(Actor):
         ctx.log.error("rank lost", rank=r.rank, phase=self.phase, epoch=self.epoch, reason=why, remainder=remainder)
         self._sink(ctx, RankLost(rank=r.rank, epoch=self.epoch, reason=why, world_size=len(self.alive())))
         self.groups.lost(ctx.now())
-        asked_final = self._asked_final_eval(r.rank)
+        asked_final = self.roles.awaits_eval(FINAL_EVAL, r.rank)
         if self.roles.holds_a_role(r.rank):
             self._elect_roles(ctx, force=True)
         if asked_final and not (self.alive() and self._send_eval(ctx, self.settings.num_epochs, final=True)):
@@ -847,16 +842,9 @@ class Coordinator(Actor):
             return False
         message = ExecuteEval(schedule_id=self.roles.eval_id(final), epoch=epoch, target_rank=target.rank,
                               final=final)
-        if final:
-            self.roles.final_eval_said = message
+        self.roles.eval_asked(message)
         self._tell(ctx, target, message)
         return True
-
-    def _asked_final_eval(self, rank: int) -> bool:
-        """``rank`` was asked for the final eval and its answer is awaited (the eval role may have
-        moved since: every role moves when the holder of one dies)."""
-        said = self.roles.final_eval_said
-        return self.roles.final_eval_pending and said is not None and said.target_rank == rank
 
     def _send_checkpoint(self, ctx: Context, version: int) -> None:
         target = self.ranks.get(self.roles.checkpoint) if self.roles.checkpoint is not None else None
@@ -967,11 +955,14 @@ class Coordinator(Actor):
         r = self._from_rank(ctx, msg.rank)
         if r is None:
             return
-        if msg.schedule_id == FINAL_EVAL and not (r.alive and self._asked_final_eval(msg.rank)):
-            # The run's end waits for this answer: only the live rank it was asked of gives it
-            # (one counted dead after it was asked saw its eval go to another rank).
-            ctx.log.warning("a final eval answer the run does not wait for; ignored", rank=msg.rank)
+        if not self.roles.awaits_eval(msg.schedule_id, msg.rank):
+            # Every rank hears an answer, and the run's end waits for the final one: only the rank it
+            # was asked of gives it, once.  (A periodic eval's rank counted dead since answers for the
+            # model it was asked about; the final eval of a rank counted dead went to another rank.)
+            ctx.log.warning("an eval answer nobody asked this rank for; ignored", rank=msg.rank,
+                            schedule_id=msg.schedule_id)
             return
+        self.roles.eval_answered(msg.schedule_id)
         if msg.error is not None:
             ctx.log.warning("eval failed; not retried", rank=msg.rank, error=msg.error)
         else:
@@ -979,13 +970,19 @@ class Coordinator(Actor):
             self._tell_all(ctx, broadcast)
             self._sink(ctx, broadcast)
         if msg.schedule_id == FINAL_EVAL:
-            self.roles.final_eval_pending = False
             self._maybe_finish(ctx)
 
     @handler
     @_phased
     def on_checkpoint(self, msg: CheckpointResult, ctx: Context) -> None:
-        if self._from_rank(ctx, msg.rank) is None:
+        r = self._from_rank(ctx, msg.rank)
+        if r is None:
+            return
+        if not self.roles.checkpoint_answered(msg.rank, msg.version):
+            # A written checkpoint's path is what a restarted group loads, and a failed one is tried
+            # on the next rank: only a rank asked for that version says either, once.
+            ctx.log.warning("a checkpoint answer nobody asked this rank for; ignored", rank=msg.rank,
+                            version=msg.version)
             return
         if msg.error is None:
             self.roles.checkpoint_done(msg.rank, msg.version, msg.path)

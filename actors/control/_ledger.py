@@ -379,11 +379,9 @@ def split_slices(slices: list[tuple[int, int]], parts: int) -> list[list[tuple[i
     return out
 
 
-def join_refusal(c: CoordinatorConfig, msg: JoinRequest, *, started: bool, joined: dict[int, RankState],
+def join_refusal(c: CoordinatorConfig, msg: JoinRequest, *, joined: dict[int, RankState],
                  signature: str) -> str | None:
-    """Why ``msg`` may not join the run, or None when it may."""
-    if started:
-        return f"the run has started; rank {msg.rank} cannot join now"
+    """Why ``msg`` may not join the run, or None when it may (``joined``: the live incarnations)."""
     if msg.run_id != c.run_id:
         return "wrong run id"  # naming the run's id would hand it to whoever asks
     if msg.world_size != c.world_size:

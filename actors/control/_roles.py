@@ -37,6 +37,11 @@ class Roles:
     final_eval_sent: bool = False
     #: The final eval as it was asked (told again to its rank when the relay it went through died).
     final_eval_said: ExecuteEval | None = None
+    #: The periodic evals out and not answered: the rank each was asked of, by ``schedule_id``.
+    evals_out: dict[int, int] = dataclasses.field(default_factory=dict)
+    #: The checkpoints out and not answered, as (version, rank): an answer is taken only from a rank
+    #: asked for that version (the path of a written one is what a restarted group loads).
+    checkpoints_out: set[tuple[int, int]] = dataclasses.field(default_factory=set)
     #: The checkpoint asked last: its version and the global step its model holds (it is asked
     #: before the epoch's plans, so the model it saves is the one every rank holds then).
     asked: tuple[int, int] | None = None
@@ -87,9 +92,38 @@ class Roles:
         self.eval_schedule += 1
         return FINAL_EVAL if final else self.eval_schedule
 
+    def eval_asked(self, said: ExecuteEval) -> None:
+        if said.final:
+            self.final_eval_said = said
+        else:
+            self.evals_out[said.schedule_id] = said.target_rank
+
+    def awaits_eval(self, schedule_id: int, rank: int) -> bool:
+        """``rank`` was asked for eval ``schedule_id`` and its answer is awaited.  The final eval's
+        rank is the one named in the awaited ``ExecuteEval``: the eval role may have moved since
+        (every role moves when the holder of one dies)."""
+        if schedule_id == FINAL_EVAL:
+            said = self.final_eval_said
+            return self.final_eval_pending and said is not None and said.target_rank == rank
+        return self.evals_out.get(schedule_id) == rank
+
+    def eval_answered(self, schedule_id: int) -> None:
+        if schedule_id == FINAL_EVAL:
+            self.final_eval_pending = False
+        else:
+            self.evals_out.pop(schedule_id, None)
+
     def checkpoint_asked(self, rank: int, version: int, global_step: int) -> None:
         self.checkpoint_tried.add(rank)
+        self.checkpoints_out.add((version, rank))
         self.asked = (version, global_step)
+
+    def checkpoint_answered(self, rank: int, version: int) -> bool:
+        """Whether ``rank`` was asked for checkpoint ``version`` and had not answered (now it has)."""
+        if (version, rank) not in self.checkpoints_out:
+            return False
+        self.checkpoints_out.discard((version, rank))
+        return True
 
     def checkpoint_done(self, rank: int, version: int, path: str | None) -> None:
         """``rank`` wrote checkpoint ``version`` (to ``path``; None: the rank's function wrote no
@@ -111,3 +145,5 @@ class Roles:
         """A whole-group restart: nothing asked for or out survives it."""
         self.pending_eval = self.pending_checkpoint = self.final_eval_pending = False
         self.final_eval_sent = False
+        self.evals_out.clear()
+        self.checkpoints_out.clear()

@@ -476,16 +476,67 @@ def test_intent_is_folded_in_at_the_next_epoch_on_the_elected_rank() -> None:
     ]
 
 
+def _epoch_ends(h: ActorHarness, epoch: int) -> list[m.Message]:
+    """Every rank reports ``epoch`` and acks the epoch's last sync; what the coordinator said."""
+    for rank in range(3):
+        metrics(h, rank, epoch)
+    settle(h)
+    return [s.message for s in h.take()]
+
+
 def test_eval_result_becomes_eval_broadcast() -> None:
-    h = make()
+    h = make(num_epochs=3, eval_every=1, checkpoint_every=0, final_eval=False)
     join_all(h)
     h.take()
+    (asked,) = [x for x in _epoch_ends(h, 0) if isinstance(x, m.ExecuteEval)]
+    assert asked.schedule_id == 1 and asked.target_rank == 0
     h.deliver(m.EvalResult(rank=0, schedule_id=1, epoch=1, metric=0.9, elapsed_ms=5.0), sender="worker/0")
     broadcasts = sent(h, m.EvalBroadcast)
     assert [t for t, _ in broadcasts] == ["worker/0", "worker/1", "worker/2", "main"]
-    h.deliver(m.EvalResult(rank=0, schedule_id=2, epoch=2, metric=float("nan"), elapsed_ms=5.0, error="boom"),
-              sender="worker/0")
+    (asked,) = [x for x in _epoch_ends(h, 1) if isinstance(x, m.ExecuteEval)]
+    h.deliver(m.EvalResult(rank=0, schedule_id=asked.schedule_id, epoch=2, metric=float("nan"), elapsed_ms=5.0,
+                           error="boom"), sender="worker/0")
     assert sent(h, m.EvalBroadcast) == []
+
+
+def test_an_eval_answer_nobody_asked_for_is_not_told_to_every_rank(caplog: pytest.LogCaptureFixture) -> None:
+    """A rank that lies: any proven rank's ``EvalResult`` went to every rank and the sink as the
+    run's eval, one nobody asked of it, one for an eval asked of another rank, the same answer twice."""
+    h = make(num_epochs=3, eval_every=1, checkpoint_every=0, final_eval=False)
+    join_all(h)
+    h.take()
+    h.deliver(m.EvalResult(rank=2, schedule_id=7, epoch=1, metric=1.0, elapsed_ms=1.0), sender="worker/2")
+    (asked,) = [x for x in _epoch_ends(h, 0) if isinstance(x, m.ExecuteEval)]
+    assert asked.target_rank == 0
+    h.deliver(m.EvalResult(rank=2, schedule_id=asked.schedule_id, epoch=1, metric=1.0, elapsed_ms=1.0),
+              sender="worker/2")
+    assert sent(h, m.EvalBroadcast) == []
+    assert "an eval answer nobody asked this rank for; ignored" in caplog.text
+    h.deliver(m.EvalResult(rank=0, schedule_id=asked.schedule_id, epoch=1, metric=0.9, elapsed_ms=1.0),
+              sender="worker/0")
+    assert [x.metric for _, x in sent(h, m.EvalBroadcast)] == [0.9] * 4
+    h.deliver(m.EvalResult(rank=0, schedule_id=asked.schedule_id, epoch=1, metric=0.1, elapsed_ms=1.0),
+              sender="worker/0")
+    assert sent(h, m.EvalBroadcast) == []  # answered once
+
+
+def test_a_checkpoint_answer_from_a_rank_not_asked_is_not_what_a_restart_loads() -> None:
+    """A written checkpoint's path is what every rank of a restarted group loads: a proven rank that
+    was not asked could name its own file, take the checkpoint role, or fail the checkpoint in
+    progress over to another rank."""
+    h = make(num_epochs=3, checkpoint_every=1, eval_every=0, final_eval=False)
+    join_all(h)
+    h.take()
+    (asked,) = [x for x in _epoch_ends(h, 0) if isinstance(x, m.Checkpoint)]
+    assert asked.target_rank == 0 and asked.version == 1
+    h.deliver(m.CheckpointResult(rank=2, version=1, elapsed_ms=1.0, path="/tmp/theirs.pt"), sender="worker/2")
+    h.deliver(m.CheckpointResult(rank=1, version=1, elapsed_ms=1.0, error="disk full"), sender="worker/1")
+    assert h.actor.roles.written is None and h.actor.roles.checkpoint == 0
+    assert sent(h, m.Checkpoint) == []  # no retry for a failure nobody asked of rank 1
+    h.deliver(m.CheckpointResult(rank=0, version=1, elapsed_ms=1.0, path="/ck/epoch-1.pt"), sender="worker/0")
+    assert h.actor.roles.written is not None and h.actor.roles.written.path == "/ck/epoch-1.pt"
+    h.deliver(m.CheckpointResult(rank=0, version=1, elapsed_ms=1.0, path="/tmp/again.pt"), sender="worker/0")
+    assert h.actor.roles.written.path == "/ck/epoch-1.pt"  # answered once
 
 
 def test_failed_checkpoint_is_retried_on_the_next_live_rank() -> None:
@@ -1325,6 +1376,19 @@ def test_a_rank_restarted_while_the_run_finishes_rejoins_and_takes_the_final_mod
     h.down("worker/2", m.DownReason.DEAD, "status -9")  # once Shutdown is out, the run is over
     assert h.ask(m.JoinRequest(rank=2, world_size=3, run_id=RUN, model_signature="sig"), sender="worker/2") == \
         m.JoinRejected(reason="the run has ended; rank 2 cannot join now")
+
+
+def test_a_second_join_of_a_live_rank_while_the_run_finishes_names_who_holds_it() -> None:
+    """It was refused with "the run has started; rank 1 cannot join now", which sends whoever reads
+    it looking for a launch that came too late rather than a second process with the same rank."""
+    h = make(num_epochs=1)
+    join_all(h)
+    for rank in range(3):
+        metrics(h, rank, 0)
+    assert h.actor.phase.value == "finishing"
+    assert h.ask(m.JoinRequest(rank=1, world_size=3, run_id=RUN, model_signature="sig"), sender="worker/9") == \
+        m.JoinRejected(reason="rank 1 already joined (from 'worker/1')")
+    assert h.actor.ranks[1].name == "worker/1" and h.actor.ranks[1].alive
 
 
 def test_the_final_eval_is_taken_only_from_the_live_rank_it_was_asked_of() -> None:

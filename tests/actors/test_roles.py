@@ -84,3 +84,32 @@ def test_the_checkpoint_to_resume_from_is_the_one_asked_last_written_with_a_path
     assert roles.checkpoint == 1  # sticky: the rank that wrote one writes the next
     assert roles.written is not None
     assert (roles.written.version, roles.written.path, roles.written.global_step) == (2, "/ckpt/2", 40)
+
+
+def test_an_eval_answer_is_awaited_only_from_the_rank_asked_and_only_once() -> None:
+    from actorwire.messages.kinds import ExecuteEval
+
+    roles = Roles(eval_every=1, checkpoint_every=1)
+    roles.eval_asked(ExecuteEval(schedule_id=roles.eval_id(False), epoch=1, target_rank=2))
+    assert roles.awaits_eval(1, 2) and not roles.awaits_eval(1, 0) and not roles.awaits_eval(2, 2)
+    roles.eval_answered(1)
+    assert not roles.awaits_eval(1, 2)
+    final = ExecuteEval(schedule_id=roles.eval_id(True), epoch=3, target_rank=0, final=True)
+    roles.eval_asked(final)
+    assert not roles.awaits_eval(FINAL_EVAL, 0)  # asked, but the run does not wait for it until pending
+    roles.final_eval_pending = True
+    assert roles.awaits_eval(FINAL_EVAL, 0) and not roles.awaits_eval(FINAL_EVAL, 1)
+    roles.eval_answered(FINAL_EVAL)
+    assert not roles.final_eval_pending and not roles.awaits_eval(FINAL_EVAL, 0)
+
+
+def test_a_checkpoint_answer_is_taken_from_each_rank_asked_for_that_version_once() -> None:
+    roles = Roles(eval_every=1, checkpoint_every=1)
+    roles.checkpoint_asked(0, 1, 90)
+    roles.checkpoint_asked(1, 1, 90)  # the retry after rank 0 failed
+    assert not roles.checkpoint_answered(2, 1) and not roles.checkpoint_answered(0, 2)
+    assert roles.checkpoint_answered(0, 1) and not roles.checkpoint_answered(0, 1)
+    assert roles.checkpoint_answered(1, 1)
+    roles.checkpoint_asked(2, 2, 180)
+    roles.restarted()  # nothing asked before a whole-group restart is answered after it
+    assert not roles.checkpoint_answered(2, 2)
