@@ -363,6 +363,10 @@ class Coordinator(Actor):
             return None
         r.last_seen = ctx.now()
         r.silence_warned = 1
+        self._evict_if_dead(ctx, r)
+        return r
+
+    def _evict_if_dead(self, ctx: Context, r: RankState) -> None:
         if not r.alive and not r.told_to_leave and self.phase is not Phase.STOPPING:
             # Declared dead (its process stopped or cut off past the runtime's timeout) and speaking again:
             # its share went to the others. It is told to leave, once, rather than left to wait for
@@ -374,7 +378,6 @@ class Coordinator(Actor):
                                                 f"to the others; the run goes on without it"))
             except (ActorDead, UnknownActor):
                 pass
-        return r
 
     # -- join ---------------------------------------------------------------
 
@@ -603,9 +606,12 @@ class Coordinator(Actor):
     def on_heartbeat(self, msg: Heartbeat, ctx: Context) -> None:
         r = self.ranks.get(msg.rank)
         # A rank's heartbeat thread sends as "<rank name>/heartbeat".
-        if r is not None and r.alive and (ctx.sender or "").startswith(r.name + "/"):
-            r.last_seen = ctx.now()
-            r.silence_warned = 1
+        if r is not None and (ctx.sender or "").startswith(r.name + "/"):
+            if r.alive:
+                r.last_seen = ctx.now()
+                r.silence_warned = 1
+            else:  # its process outlived its death: often all it says while it waits for a plan
+                self._evict_if_dead(ctx, r)
         else:
             self._from_rank(ctx, msg.rank)
 

@@ -825,6 +825,28 @@ def test_a_rank_declared_dead_that_speaks_again_is_told_to_leave_once() -> None:
     assert not [s for s in out if isinstance(s.message, m.Shutdown)]  # not the end a finished rank hears
 
 
+def test_a_rank_declared_dead_whose_heartbeat_thread_speaks_is_told_to_leave(caplog: pytest.LogCaptureFixture) -> None:
+    """Cut off past the runtime's timeout, then reconnected while its training thread waits for a plan:
+    only its heartbeat thread speaks.  Each beat was logged as a report "from an actor that is not
+    that rank" (the rank's own thread, called an impostor every second) and the rank was never told
+    to leave: it waited for plans that never came until it gave up on the coordinator."""
+    h = make()
+    join_all(h)
+    h.take()
+    h.down("worker/1", m.DownReason.UNREACHABLE, "no connection for 1.6 s")
+    h.take()
+    for _ in range(3):
+        h.advance(1.0)
+        h.deliver(m.Heartbeat(rank=1, step_count=0), sender="worker/1/heartbeat")
+    evicted = [(s.target, s.message) for s in h.take() if isinstance(s.message, m.Evicted)]
+    assert evicted == [("worker/1", m.Evicted(detail="rank 1 was counted dead (unreachable: no connection for 1.6 s, "
+                                                      "in epoch 0) and its share went to the others; the run goes "
+                                                      "on without it"))]  # once
+    assert "not that rank" not in caplog.text
+    h.deliver(m.Heartbeat(rank=1, step_count=0), sender="worker/7/heartbeat")  # another rank's thread still is
+    assert "report from an actor that is not that rank" in caplog.text
+
+
 def test_a_tick_goes_on_past_a_rank_whose_name_is_already_gone(caplog: pytest.LogCaptureFixture) -> None:
     """A heartbeat broadcast raised at the first rank that had just gone down, and the rest of the
     tick (the silence and rendezvous checks) did not run."""
