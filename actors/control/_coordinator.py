@@ -890,13 +890,17 @@ class Coordinator(Actor):
         for r, i in report.rows:
             r.last_seen = now
             r.silence_warned = 1
-            if batches and r.alive:
+            if not r.alive:  # counted dead and speaking again, as straight to the coordinator
+                self._evict_if_dead(ctx, r)
+            elif batches:
                 _count_batch(r, msg.batch_ms[i] + msg.data_ms[i], msg.step_counts[i])
                 counted.append(r)
         for r in report.beats:
             if r.alive:
                 r.last_seen = now
                 r.silence_warned = 1
+            else:
+                self._evict_if_dead(ctx, r)
         if report.forged:
             self._refuse_relayed(ctx, relay, "reports for ranks that did not name it as their relay", report.forged)
         if msg.ranks and batches:

@@ -159,6 +159,20 @@ def test_a_relay_cannot_speak_for_a_rank_that_did_not_name_it() -> None:
     assert h.actor.refused[("relay_report", "reports for ranks that did not name it as their relay")] == 7
 
 
+def test_a_rank_counted_dead_that_speaks_through_its_relay_is_told_to_leave() -> None:
+    """Its batches and beats came through the relay, and the coordinator dropped them without a word:
+    it was never told to leave, as it is when it speaks to the coordinator itself."""
+    h = coordinator({0: "relay/a", 1: "relay/a"})
+    h.down("worker/1", m.DownReason.UNREACHABLE, "no connection for 1.6 s")
+    h.down("worker/0", m.DownReason.UNREACHABLE, "no connection for 1.6 s")
+    h.take()
+    h.deliver(report(1, beats=(0,)), sender="relay/a")
+    h.deliver(report(1, beats=(0,)), sender="relay/a")
+    evicted = sorted((t, type(msg).__name__) for t, msg in told(h.take()) if isinstance(msg, m.Evicted))
+    assert evicted == [("worker/0", "Evicted"), ("worker/1", "Evicted")]  # each once
+    assert h.actor.ranks[1].total_steps == 0
+
+
 def test_a_report_with_columns_of_different_lengths_is_refused_whole() -> None:
     h = coordinator({0: "relay/a"})
     bad = m.RelayReport(ranks=[0, 0], batch_ms=[10.0], data_ms=[0.0, 0.0], step_counts=[1, 1], losses=[0.5, 0.5])
