@@ -211,10 +211,10 @@ class Coordinator(Actor):
         the rank table is copied whole, each rank's fields read once)."""
         ranks = []
         for state in sorted(list(self.ranks.values()), key=lambda r: r.rank):
-            if not state.alive:
-                how = "dead"
-            elif state.exited:
+            if state.exited:  # also one that left before the run ended (its share went to the others)
                 how = "exited"
+            elif not state.alive:
+                how = "dead"
             elif state.waiting:
                 how = "waiting"
             elif self.phase is Phase.JOINING:
@@ -595,6 +595,11 @@ class Coordinator(Actor):
     def on_exiting(self, msg: Exiting, ctx: Context) -> None:
         r = self._from_rank(ctx, msg.rank)
         if r is not None:
+            if r.alive and not r.exited and self.phase is not Phase.STOPPING:
+                # Before it was told the run ended (a loop that stopped early, a client's own
+                # Exiting): what of its share it did not train, or trained and no sync took, goes to
+                # the others, and the group forms without it, as after a death.
+                self._death(ctx, r, "left before the run ended (Exiting)")
             r.exited = True
         # The count, not alive(): each exit changes the roster, and rebuilding it per Exiting made the
         # end of a 10,000-rank run take minutes (py-spy: alive() under on_exiting).

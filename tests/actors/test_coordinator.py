@@ -721,11 +721,14 @@ def test_an_exit_report_for_a_joined_rank_is_its_death_and_its_down_is_not_a_sec
 
 
 def test_a_clean_exit_report_is_not_a_death() -> None:
-    h = make()
+    """``Exiting`` after the run ended latches a clean exit: the process's end afterwards, even one a
+    signal ended during teardown, is not a death, and the rank finished with the final model."""
+    h = make(num_epochs=1, eval_every=0, final_eval=False)
     join_all(h)
-    h.deliver(m.Exiting(rank=1), sender="worker/1")
-    h.deliver(m.RankExited(rank=1, returncode=0, detail="exited with status 0"), sender="~launcher/1")
-    assert h.actor.failures == 0
+    _finish(h, [1])
+    h.down("worker/1", m.DownReason.DEAD, "status -9")
+    h.deliver(m.RankExited(rank=1, returncode=-9, detail="killed by signal 9"), sender="~launcher/1")
+    assert h.actor.failures == 0 and 1 in h.actor.outcome().finished
 
 
 def test_ranks_that_never_showed_up_count_as_lost_at_the_join_timeout() -> None:
@@ -845,6 +848,29 @@ def test_a_rank_declared_dead_whose_heartbeat_thread_speaks_is_told_to_leave(cap
     assert "not that rank" not in caplog.text
     h.deliver(m.Heartbeat(rank=1, step_count=0), sender="worker/7/heartbeat")  # another rank's thread still is
     assert "report from an actor that is not that rank" in caplog.text
+
+
+def test_a_rank_that_leaves_before_the_run_ended_has_its_share_trained_by_the_others() -> None:
+    """A loop that stopped early and called finish(): its Exiting latched a clean exit, the rank left
+    the run without a word, and the epoch ended with its share not in the model (all 30 of its
+    samples of epoch 0's 90 here: no sync took the 3 batches it trained), the summary none the wiser."""
+    h = make(num_epochs=2)
+    join_all(h)
+    h.take()
+    batch(h, 1, 3)
+    h.take()
+    h.deliver(m.Exiting(rank=1), sender="worker/1")
+    out = h.take()
+    handed = [msg for t, msg in ((s.target, s.message) for s in out) if isinstance(msg, m.ExtendPartition)
+              and t.startswith("worker/")]
+    assert sum(e.partition_size for e in handed) == 30 and {e.epoch for e in handed} == {0}
+    (lost,) = [s.message for s in out if isinstance(s.message, m.RankLost)]
+    assert lost.rank == 1 and lost.reason == "left before the run ended (Exiting)"
+    h.down("worker/1", m.DownReason.EXITED, "status 0")  # its process ends: no second loss
+    assert h.actor.failures == 1 and [r.rank for r in h.actor.alive()] == [0, 2]
+    for rank in (0, 2):  # its share done by the others: only then does the epoch end
+        metrics(h, rank, 0)
+    assert not [s for s in h.take() if isinstance(s.message, m.EpochAggregated)]
 
 
 def test_a_tick_goes_on_past_a_rank_whose_name_is_already_gone(caplog: pytest.LogCaptureFixture) -> None:
@@ -1094,9 +1120,11 @@ def test_status_shows_the_phase_the_epoch_and_every_rank() -> None:
 
 
 def _finish(h: ActorHarness, ranks: list[int]) -> None:
-    for rank in ranks:
-        metrics(h, rank, h.actor.epoch, batches=0)
+    """Every live rank reports the epoch and acks its last sync; then ``ranks`` say ``Exiting``."""
+    for r in h.actor.alive():
+        metrics(h, r.rank, h.actor.epoch, batches=0)
     settle(h)
+    assert h.actor.phase.value == "stopping"
     for rank in ranks:
         h.deliver(m.Exiting(rank=rank), sender=f"worker/{rank}")
 
@@ -1118,6 +1146,8 @@ def test_the_outcome_of_a_run_is_one_line_and_an_exit_code() -> None:
         recovered.deliver(m.MetricsMsg(rank=rank, epoch=0, avg_loss=0.5, batches_processed=45, epoch_ms=1.0,
                                        samples_processed=45, share_complete_ms=1.0, extensions=1),
                           sender=f"worker/{rank}")
+    settle(recovered)
+    for rank in (0, 2):
         recovered.deliver(m.Exiting(rank=rank), sender=f"worker/{rank}")
     outcome = recovered.actor.outcome()
     assert outcome.exit_code == 0 and outcome.lost == {1: "lost in epoch 0 (dead: status -9)"}
