@@ -147,7 +147,7 @@ def _count_batch(r: RankState, cost: float | None, step_count: int = 0) -> None:
     still holds is counted when those say so: counted one per report, with relays the coordinator
     closed epochs and ended runs before a sync covered the ranks' last batches (the simulator with
     relays: ranks finished with different parameters in 252 of 500 seeds)."""
-    new = 1 if step_count <= 0 else step_count - r.total_steps
+    new = min(1 if step_count <= 0 else step_count - r.total_steps, r.given - r.total_steps)
     if new <= 0:
         return
     r.steps_since_sync += new
@@ -365,6 +365,17 @@ class Coordinator(Actor):
         r.silence_warned = 1
         self._evict_if_dead(ctx, r)
         return r
+
+    def _claimed(self, ctx: Context, r: RankState, step_count: int) -> int:
+        """``r``'s own step count (``Batch``, ``SyncAck``, ``MetricsMsg``), believed up to the samples it
+        was given: a count past them moved the global step and the sync gate by whatever a rank said."""
+        if step_count <= r.given:
+            return step_count
+        if not r.overclaimed:
+            r.overclaimed = True
+            ctx.log.warning("a rank says it trained more steps than the samples it was given; counted up to them",
+                            rank=r.rank, said=step_count, given=r.given)
+        return r.given
 
     def _evict_if_dead(self, ctx: Context, r: RankState) -> None:
         if not r.alive and not r.told_to_leave and self.phase is not Phase.STOPPING:
@@ -833,6 +844,7 @@ class Coordinator(Actor):
             plan = (offset, size)
             r.plan = plan
             r.slices = [plan]
+            r.given += size
             r.extended = r.ext_sent = r.ext_done = r.epoch_steps = 0
             r.epoch_start_steps = r.total_steps
             add((r, StartEpoch(epoch=epoch, partition_offset=offset, partition_size=size)))
@@ -874,7 +886,7 @@ class Coordinator(Actor):
         r = self._from_rank(ctx, msg.rank)
         if r is None or not r.alive:
             return
-        _count_batch(r, msg.batch_ms + msg.data_ms, msg.step_count)
+        _count_batch(r, msg.batch_ms + msg.data_ms, self._claimed(ctx, r, msg.step_count))
         self._maybe_sync(ctx)
         self._throttle(ctx, r)
 
@@ -898,7 +910,7 @@ class Coordinator(Actor):
             if not r.alive:  # counted dead and speaking again, as straight to the coordinator
                 self._evict_if_dead(ctx, r)
             elif batches:
-                _count_batch(r, msg.batch_ms[i] + msg.data_ms[i], msg.step_counts[i])
+                _count_batch(r, msg.batch_ms[i] + msg.data_ms[i], self._claimed(ctx, r, msg.step_counts[i]))
                 counted.append(r)
         for r in report.beats:
             if r.alive:
@@ -1064,16 +1076,17 @@ class Coordinator(Actor):
         changes nothing: an ack is counted by cycle and by step count."""
         if r is None or not r.alive:
             return  # a dead rank's late ack finished a sync with nobody left (simulator)
-        if msg.step_count and Batch in self._taken:
-            _count_batch(r, None, msg.step_count)  # what it trained before its ack, a relay may still hold
+        steps = self._claimed(ctx, r, msg.step_count)
+        if steps and Batch in self._taken:
+            _count_batch(r, None, steps)  # what it trained before its ack, a relay may still hold
         if msg.cycle and msg.cycle != self.sync.cycle:
             # A reduce that completed after a new group made its cycle start again: not an answer to
             # the cycle in progress, but what it says still holds (the rank's work up to it is in).
-            self.global_step += self.sync.late_ack(r, msg.cycle, msg.step_count, msg.covered)
+            self.global_step += self.sync.late_ack(r, msg.cycle, steps, msg.covered, self.ranks)
             return
         if not self.sync.in_progress:
             return
-        if self.sync.ack(r, msg.step_count, msg.covered, self.roster.alive_ids()):  # a rank waiting was not asked
+        if self.sync.ack(r, steps, msg.covered, self.roster.alive_ids()):  # a rank waiting was not asked
             self._finish_sync(ctx)
 
     def _settle_acks(self) -> None:
@@ -1119,7 +1132,7 @@ class Coordinator(Actor):
         if r is None or not self.reports.take(r, msg, self.epoch):
             return False
         if msg.step_count and r.alive:
-            _count_batch(r, None, msg.step_count)  # its last batches, a relay may still hold
+            _count_batch(r, None, self._claimed(ctx, r, msg.step_count))  # its last batches, a relay may still hold
         if settle:
             self._maybe_sync(ctx)
             self._maybe_aggregate(ctx)

@@ -117,7 +117,7 @@ class RankState:
                  "_exited", "_waiting", "steps_since_sync", "total_steps", "epoch_steps", "synced_steps",
                  "acked_steps", "throttled", "epoch_start_steps", "has_model", "ms_per_batch", "lr", "plan",
                  "slices", "extended", "ext_sent", "ext_done", "reported_epoch", "told_to_leave", "lost_why",
-                 "relay", "metrics_seq")
+                 "relay", "metrics_seq", "given", "overclaimed")
 
     def __init__(self, rank: int, name: str, now: float,
                  on_change: Callable[[RankState, bool], None] | None = None) -> None:
@@ -162,6 +162,10 @@ class RankState:
         self.lost_why = "lost"  # how it was lost, for the Evicted it may be told
         self.relay = ""  # the relay it reports through and is told through ("": none, or it died)
         self.metrics_seq = 0  # the last MetricsMsg.seq taken
+        #: Samples handed to it since it joined (its plans and the slices handed over): every step
+        #: takes at least one, so an honest rank's step count never passes it (``claimed_steps``).
+        self.given = 0
+        self.overclaimed = False  # said more steps than that: warned once
 
     @property
     def in_run(self) -> bool:
@@ -356,6 +360,7 @@ def hand_over(left: list[tuple[int, int]], survivors: list[RankState],
         for start, n in pieces:
             told.append((s, ExtendPartition(partition_offset=start, partition_size=n, epoch=epoch)))
             s.slices.append((start, n))
+            s.given += n
             s.extended += n
             s.ext_sent += 1
     return told

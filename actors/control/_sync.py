@@ -16,7 +16,7 @@ arm, tells it the acks, and sends what follows (``SyncNow``, ``SetGlobalStep``).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Iterable
+from collections.abc import Collection, Iterable
 
 from actorwire.actors.control._ledger import RankState, adapt_anchor, quotas
 
@@ -154,13 +154,14 @@ class SyncCadence:
         self.covered = None
         return self.cycle
 
-    def late_ack(self, r: RankState, cycle: int, step_count: int, covered: int | None) -> int:
+    def late_ack(self, r: RankState, cycle: int, step_count: int, covered: int | None,
+                 ranks: dict[int, RankState]) -> int:
         """An ack of a cycle that a new group started again: its reduce completed, so what it says
         still holds (the rank's work up to it is in the model).  The steps to add to the global step."""
         added = 0
         if covered is not None and cycle not in self.counted:
             self.counted.add(cycle)
-            added = covered
+            added = min(covered, unsynced_given(ranks))
         self.synced(r, step_count)
         self.recheck()  # its steps since the sync went down: it may hold the gate again
         return added
@@ -192,6 +193,8 @@ class SyncCadence:
             self.counted = {c for c in self.counted if c > self.cycle - _COUNTED_KEPT}
             self.counted.add(self.cycle)
             added = covered if self.covered is None else self.covered
+            if added > covered:  # (a rank lost after the reduce took its steps) never past what was given
+                added = min(added, covered + unsynced_given(ranks, but=self.acked))
         self.covered = None
         self.acked = set()
         self.recheck()
@@ -228,3 +231,10 @@ class SyncCadence:
         self.source = None
         self.covered = None
         self.recheck()
+
+
+def unsynced_given(ranks: dict[int, RankState], but: Collection[int] = ()) -> int:
+    """The most steps a reduce can have averaged that no completed sync took: each rank's samples
+    given (``RankState.given``) past its synced step count, for the ranks not in ``but`` (those that
+    acked: the reduce covered what their acks say).  A ``SyncAck.covered`` past it is a lie."""
+    return sum(max(0, r.given - r.synced_steps) for r in ranks.values() if r.rank not in but)

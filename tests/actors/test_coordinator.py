@@ -205,6 +205,29 @@ def test_an_ack_says_what_the_reduce_covered_even_for_a_rank_lost_before_its_ack
     assert h.actor.global_step == 6
 
 
+def test_a_rank_s_step_count_is_believed_only_up_to_the_samples_it_was_given(
+        caplog: pytest.LogCaptureFixture) -> None:
+    """``Batch.step_count``, ``SyncAck.step_count`` and ``covered`` moved the global step and the sync
+    gate by whatever a proven rank said: one that claimed a billion steps made the run's global step
+    a billion.  Each step takes a sample at least: a count past the samples handed to the rank is
+    counted up to them, with one warning."""
+    h = make()  # 90 samples: 30 a rank
+    join_all(h)
+    h.take()
+    h.deliver(m.Batch(rank=0, batch_ms=1.0, step_count=10**9, batch_loss=0.5), sender="worker/0")
+    assert h.actor.ranks[0].total_steps == 30
+    for rank in (1, 2):
+        batch(h, rank, 2)
+    cycle = h.actor.sync.cycle
+    h.deliver(m.SyncAck(rank=0, step_count=10**9, covered=10**9, cycle=cycle), sender="worker/0")
+    for rank in (1, 2):
+        h.deliver(m.SyncAck(rank=rank, step_count=2, covered=10**9, cycle=cycle), sender=f"worker/{rank}")
+    assert h.actor.global_step == 34  # rank 0's 30 samples as steps, the others' 2 each
+    assert h.actor.ranks[0].synced_steps == 30
+    warned = [r.getMessage() for r in caplog.records if "more steps than the samples it was given" in r.getMessage()]
+    assert len(warned) == 1 and all(f in warned[0] for f in ("rank=0", f"said={10**9}", "given=30")), warned
+
+
 def test_a_rank_that_rejoins_takes_the_model_before_it_trains() -> None:
     """Its first sync names no source: it weighs 0 there, and the coordinator arms that sync as soon as
     the rank is in the run and its group formed, whatever the quotas say."""

@@ -11,6 +11,7 @@ def _ranks(n: int, *, plan: int = 100) -> dict[int, RankState]:
     ranks = {r: RankState(r, f"worker/{r}", 0.0) for r in range(n)}
     for r in ranks.values():
         r.plan = (0, plan)
+        r.given = plan
         r.has_model = True
     return ranks
 
@@ -74,10 +75,25 @@ def test_the_reduces_own_count_wins_and_a_late_ack_is_counted_once() -> None:
     assert sync.settle(ranks) == 4  # the reduce says it averaged 4 steps, rank 1's included
     cycle = sync.cycle
     sync.arm(1.0, [])  # a new group: the cycle starts again
-    assert sync.late_ack(ranks[1], cycle, step_count=2, covered=4) == 0  # counted already
+    assert sync.late_ack(ranks[1], cycle, step_count=2, covered=4, ranks=ranks) == 0  # counted already
     assert ranks[1].synced_steps == 2
-    assert sync.late_ack(ranks[1], cycle - 1, step_count=2, covered=3) == 3  # a cycle never counted
-    assert sync.late_ack(ranks[1], cycle - 1, step_count=2, covered=3) == 0
+    assert sync.late_ack(ranks[1], cycle - 1, step_count=2, covered=3, ranks=ranks) == 3  # a cycle never counted
+    assert sync.late_ack(ranks[1], cycle - 1, step_count=2, covered=3, ranks=ranks) == 0
+
+
+def test_a_reduce_s_count_past_what_the_ranks_were_given_is_not_believed() -> None:
+    """``covered`` is a rank's word: one past the samples handed out and not yet synced (each step
+    takes one) made the global step whatever it said."""
+    sync = SyncCadence("fixed", 2, 0.1)
+    ranks = _ranks(2, plan=10)
+    _train(ranks[0], 2)
+    _train(ranks[1], 2)
+    sync.arm(0.0, [])
+    sync.ack(ranks[0], step_count=2, covered=10**9, in_run=frozenset(ranks))
+    assert sync.settle(ranks) == 12  # rank 0's 2, and rank 1's 10 samples at most
+    cycle = sync.cycle
+    sync.arm(1.0, [])
+    assert sync.late_ack(ranks[1], cycle - 1, step_count=2, covered=10**9, ranks=ranks) == 18  # 8 + 10 not synced
 
 
 def test_a_fresh_rank_holds_the_model_once_in_a_completed_sync() -> None:
