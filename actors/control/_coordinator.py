@@ -146,9 +146,16 @@ def _count_batch(r: RankState, cost: float | None, step_count: int = 0) -> None:
     after the rank's ``MetricsMsg`` or ``SyncAck`` said more is not counted twice, and one the relay
     still holds is counted when those say so: counted one per report, with relays the coordinator
     closed epochs and ended runs before a sync covered the ranks' last batches (the simulator with
-    relays: ranks finished with different parameters in 252 of 500 seeds)."""
-    new = min(1 if step_count <= 0 else step_count - r.total_steps, r.given - r.total_steps)
-    if new <= 0:
+    relays: ranks finished with different parameters in 252 of 500 seeds).  ``step_count`` is
+    already bounded by ``Coordinator._claimed``; a report that names none is counted only while the
+    rank has samples left that it was given."""
+    if step_count > 0:
+        new = step_count - r.total_steps
+        if new <= 0:
+            return
+    elif r.total_steps < r.given:
+        new = 1
+    else:
         return
     r.steps_since_sync += new
     r.total_steps += new
@@ -910,7 +917,9 @@ class Coordinator(Actor):
             if not r.alive:  # counted dead and speaking again, as straight to the coordinator
                 self._evict_if_dead(ctx, r)
             elif batches:
-                _count_batch(r, msg.batch_ms[i] + msg.data_ms[i], self._claimed(ctx, r, msg.step_counts[i]))
+                said = msg.step_counts[i]
+                _count_batch(r, msg.batch_ms[i] + msg.data_ms[i],
+                             said if said <= r.given else self._claimed(ctx, r, said))
                 counted.append(r)
         for r in report.beats:
             if r.alive:

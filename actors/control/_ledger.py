@@ -163,7 +163,7 @@ class RankState:
         self.relay = ""  # the relay it reports through and is told through ("": none, or it died)
         self.metrics_seq = 0  # the last MetricsMsg.seq taken
         #: Samples handed to it since it joined (its plans and the slices handed over): every step
-        #: takes at least one, so an honest rank's step count never passes it (``claimed_steps``).
+        #: takes at least one, so an honest rank's step count never passes it (``Coordinator._claimed``).
         self.given = 0
         self.overclaimed = False  # said more steps than that: warned once
 
