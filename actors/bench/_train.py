@@ -264,7 +264,8 @@ def _actorwire(digits: Any, ranks: int, epochs: int, env: dict[str, str]) -> tup
     with ActorSystem() as system:
         coordinator = Coordinator(world_size=ranks, run_id=system.run_id, num_epochs=epochs,
                                   dataset_size=digits.TRAIN, batch_size=digits.BATCH, form_group=True,
-                                  final_eval=False, eval_every=0, tick_interval=0.5)
+                                  final_eval=False, eval_every=0, tick_interval=0.5,
+                                  launcher_node=system.node_id)
         system.spawn(coordinator, "coordinator")
         inbox = system.inbox("main")
         inbox.watch("coordinator")

@@ -134,7 +134,8 @@ def run_demo(args: argparse.Namespace) -> int:
                                           dataset_size=dataset, batch_size=32, sync_every=8, eval_every=2,
                                           checkpoint_every=2, form_group=True, metrics_sink="main",
                                           save_stem=f"{save_dir}/run", tick_interval=0.5, staleness_timeout=10.0,
-                                          join_timeout=45.0, min_world_size=min_world)
+                                          join_timeout=45.0, min_world_size=min_world,
+                                          launcher_node=system.node_id)
                 system.spawn(coordinator, "coordinator")
                 inbox.watch("coordinator")
                 consumers = _spawn_consumers(system, workers)

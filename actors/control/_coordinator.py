@@ -481,7 +481,13 @@ class Coordinator(Actor):
     @handler
     @_phased
     def on_rank_exited(self, msg: RankExited, ctx: Context) -> None:
-        """The launcher saw a rank's process exit; the only news of a rank that never joined."""
+        """The launcher saw a rank's process exit; the only news of a rank that never joined.  Taken
+        only from the launcher's node (``launcher_node``): a joined rank is counted dead on it."""
+        node = self.settings.launcher_node
+        if not node or not (ctx.sender or "").startswith(f"~{node}/"):
+            ctx.log.warning("a rank's exit reported by someone other than its launcher; ignored", rank=msg.rank,
+                            sender=ctx.sender, launcher_node=node or "(none set)")
+            return
         r = self.ranks.get(msg.rank)
         if r is not None:
             if msg.returncode != 0 and r.alive and not r.exited and self.phase is not Phase.STOPPING:

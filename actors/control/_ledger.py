@@ -73,6 +73,12 @@ class CoordinatorConfig(msgspec.Struct, frozen=True, kw_only=True):
     #: ``--max-restarts``): the new incarnations resume from the last checkpoint (``checkpoint_every``)
     #: and the run goes on.  0: a run that lost every rank ends (``all_ranks_lost``).
     restart_wait: float = 0.0
+    #: The node whose launcher reports the ranks' exits (``ActorSystem.launch(..., rank=R,
+    #: watcher="coordinator")`` on that system; set it to the system's ``node_id``): a
+    #: ``RankExited`` signed by any other node is ignored, or any proven peer could have any live rank
+    #: counted dead.  Empty: none is believed; a joined rank's death is then known by its ``Down``,
+    #: and one that died before it joined by ``join_timeout``.  ``run_local`` sets it.
+    launcher_node: str = ""
 
     def __post_init__(self) -> None:
         if self.world_size < 1 or self.num_epochs < 1 or self.dataset_size < 1 or self.batch_size < 1:

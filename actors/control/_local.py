@@ -41,7 +41,7 @@ def run_local(argv: list[str], world_size: int, *, num_epochs: int, dataset_size
     settings = {"form_group": True, "metrics_sink": "main", **settings}
     with ActorSystem() as system:
         coordinator = Coordinator(world_size=world_size, run_id=system.run_id, num_epochs=num_epochs,
-                                  dataset_size=dataset_size, **settings)
+                                  dataset_size=dataset_size, launcher_node=system.node_id, **settings)
         inbox = system.inbox(settings["metrics_sink"])
         system.spawn(coordinator, "coordinator")
         inbox.watch("coordinator")

@@ -17,7 +17,8 @@ RUN = "run-1"
 def make(world: int = 3, **overrides) -> ActorHarness:
     # Without form_group (the default forms the group at the start): the rules below, group aside.
     config = dict(world_size=world, run_id=RUN, num_epochs=2, dataset_size=90, batch_size=1, sync_every=2,
-                  staleness_timeout=3.0, tick_interval=1.0, metrics_sink="main", form_group=False)
+                  staleness_timeout=3.0, tick_interval=1.0, metrics_sink="main", form_group=False,
+                  launcher_node="launcher")
     config.update(overrides)
     h = ActorHarness(Coordinator(**config), name="coordinator", peers=["main"])
     h.start()
@@ -741,6 +742,29 @@ def test_an_exit_report_for_a_joined_rank_is_its_death_and_its_down_is_not_a_sec
     h.deliver(m.RankExited(rank=1, returncode=-9, detail="killed"), sender="~launcher/1")
     h.down("worker/1", m.DownReason.DEAD)
     assert h.actor.failures == 1 and not h.actor.ranks[1].alive
+
+
+def test_an_exit_report_is_believed_only_from_the_launcher_s_node(caplog: pytest.LogCaptureFixture) -> None:
+    """Any proven peer could send ``RankExited`` for a live rank, signed by one of its own threads
+    (``~<its node>/<thread>``) or one of its actors, and the coordinator counted that rank dead and
+    handed its share to the others.  Only the node named ``launcher_node`` is believed, and with none
+    named no report is."""
+    h = make()
+    join_all(h)
+    h.take()
+    for sender in ("~node-of-rank-2/7", "worker/2", "~launcher2/1", "~launcher"):
+        h.deliver(m.RankExited(rank=1, returncode=-9, detail="killed by signal 9"), sender=sender)
+    assert h.actor.failures == 0 and h.actor.ranks[1].alive
+    assert not any(isinstance(s.message, m.RankLost) for s in h.take())
+    warned = [r for r in caplog.records if "other than its launcher" in r.getMessage()]
+    assert len(warned) == 4 and "node-of-rank-2" in warned[0].getMessage()
+    h.deliver(m.RankExited(rank=1, returncode=-9, detail="killed by signal 9"), sender="~launcher/1")
+    assert h.actor.failures == 1 and not h.actor.ranks[1].alive
+
+    nobody = make(launcher_node="")  # none named: not even a launcher's report is believed
+    _join(nobody, 0, 2)
+    nobody.deliver(m.RankExited(rank=1, returncode=-9, detail="killed by signal 9"), sender="~launcher/1")
+    assert nobody.actor.losses.at_start == {} and nobody.actor.phase.name == "JOINING"
 
 
 def test_a_clean_exit_report_is_not_a_death() -> None:

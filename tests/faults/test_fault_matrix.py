@@ -87,7 +87,8 @@ def _run(case: Case, tmp: pathlib.Path) -> Result:
         coordinator = Coordinator(world_size=WORKERS, run_id=system.run_id, num_epochs=case.epochs, dataset_size=3072,
                                   batch_size=32, sync_every=8, eval_every=2, checkpoint_every=2, form_group=True,
                                   metrics_sink="main", save_stem=str(tmp / "run"), tick_interval=TICK,
-                                  staleness_timeout=STALENESS, join_timeout=45.0, final_eval=True)
+                                  staleness_timeout=STALENESS, join_timeout=45.0, final_eval=True,
+                                  launcher_node=system.node_id)
         system.spawn(coordinator, "coordinator")
         inbox.watch("coordinator")
         _spawn_consumers(system, WORKERS)

@@ -14,6 +14,7 @@ from actorwire.actors.control._simulate._model import (
     FAULTS,
     FORMATION_TIMEOUT,
     JOIN_GIVE_UP,
+    LAUNCHER,
     RUNTIME_STALENESS,
     Fault,
 )
@@ -164,7 +165,7 @@ def _exited(self: Simulation, rank: SimRank, code: int, registered: bool) -> Non
         self._coordinator(lambda: self.harness.down(rank.name, reason, f"status {code}"))
     how = f"killed by signal {-code}" if code < 0 else f"exited with status {code}"
     self._coordinator(lambda: self.harness.deliver(m.RankExited(rank=rank.rank, returncode=code, detail=how),
-                                                   sender="~launcher/1"))
+                                                   sender=f"~{LAUNCHER}/1"))
 
 
 def _cut_off(self: Simulation, rank: SimRank) -> None:

@@ -9,6 +9,7 @@ from actorwire.messages import ActorwireError
 
 COORD = "coordinator"
 SINK = "main"
+LAUNCHER = "launcher"  # the node the simulated launcher reports rank exits from
 RUNTIME_STALENESS = 3.0  # the runtime declares a silent process dead after this
 EXIT_DETECTION = (0.001, 0.05)  # how long the launcher takes to see a process exit
 AGENT_STOP_S = 0.3  # torchrun's agent stops the other workers this long after one died

@@ -13,6 +13,7 @@ from actorwire.actors.control._coordinator import Coordinator
 from actorwire.actors.control._simulate import _faults, _invariants, _network
 from actorwire.actors.control._simulate._model import (
     COORD,
+    LAUNCHER,
     MORE_FAULTS,
     RUNTIME_STALENESS,
     SESSION_WAIT,
@@ -50,7 +51,7 @@ class Simulation:
                       tick_interval=self.tick, join_timeout=20.0, rendezvous_timeout=5.0,
                       reduce_stall_timeout=30.0, exit_grace=10.0, form_group=True, metrics_sink=SINK,
                       eval_every=rng.choice([0, 1]), checkpoint_every=rng.choice([0, 1]),
-                      sync_policy=rng.choice(["fixed", "adaptive"]))
+                      sync_policy=rng.choice(["fixed", "adaptive"]), launcher_node=LAUNCHER)
         # Streams of their own, so that the draws above (and the seeds that name runs) stay as they were.
         drawn_backend = "nccl" if random.Random(f"backend-{seed}").random() < 0.25 else "gloo"
         self.backend = backend or drawn_backend
