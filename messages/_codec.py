@@ -37,30 +37,42 @@ DEFAULT_MAX_MESSAGE_SIZE = 16 * 1024 * 1024
 
 Buffer = Union[bytes, bytearray, memoryview]
 
+#: Kinds only the runtime makes, for an actor of its own process: a watched actor's end, a timer, an
+#: ask that failed.  No peer has reason to send one, and a peer that does lies to the actor's
+#: handler (a ``Down`` naming a live rank had the coordinator count it dead), so a codec made with
+#: ``from_peers=True`` (a node's) does not decode them.
+RUNTIME_ONLY: frozenset[str] = frozenset({"down", "timer_fired", "ask_failed"})
+
 _PATH = re.compile(r" - at `(\$[^`]*)`$")
 
 
 class Codec:
     """Encoder and validating decoder for envelopes and messages.
 
-    ``max_message_size`` caps the total size of the frames of one message.
+    ``max_message_size`` caps the total size of the frames of one message.  With ``from_peers``
+    (what a node reads from the network) the kinds in :data:`RUNTIME_ONLY` are not decoded: each is
+    one ``DecodeError``, and the rest of its batch is delivered.
     """
 
-    __slots__ = ("max_message_size", "_encoder", "_body", "_envelope", "_decode_body", "_batch", "_raw_batch",
-                 "encode_unchecked")
+    __slots__ = ("max_message_size", "from_peers", "_encoder", "_body", "_envelope", "_decode_body", "_batch",
+                 "_raw_batch", "encode_unchecked")
 
-    def __init__(self, *, max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE) -> None:
+    def __init__(self, *, max_message_size: int = DEFAULT_MAX_MESSAGE_SIZE, from_peers: bool = False) -> None:
         if max_message_size <= 0:
             raise InvalidArgument(f"max_message_size must be positive, got {max_message_size}")
         self.max_message_size = max_message_size
+        self.from_peers = from_peers
         self._encoder = msgspec.msgpack.Encoder()
         #: msgpack of any value, nothing checked: for a hot path that builds the
         #: :meth:`encode_record_fields` tuple itself (and checks the message's type).
         self.encode_unchecked = self._encoder.encode
-        self._body = msgspec.msgpack.Decoder(AnyMessage)
+        kinds: Any = AnyMessage
+        if from_peers:  # a union without them: refused by msgspec's tag look-up, at no cost per message
+            kinds = Union[tuple(cls for kind, cls in BY_KIND.items() if kind not in RUNTIME_ONLY)]
+        self._body = msgspec.msgpack.Decoder(kinds)
         self._envelope = msgspec.msgpack.Decoder(Envelope)
         self._decode_body = self._body.decode
-        self._batch = msgspec.msgpack.Decoder(list[tuple[Envelope, AnyMessage]])  # type: ignore[valid-type]
+        self._batch = msgspec.msgpack.Decoder(list[tuple[Envelope, kinds]])  # type: ignore[valid-type]
         self._raw_batch = msgspec.msgpack.Decoder(list[tuple[msgspec.Raw, msgspec.Raw]])
 
     # -- encoding ---------------------------------------------------------
@@ -87,7 +99,7 @@ class Codec:
         try:
             return self._decode_body(data)
         except (msgspec.ValidationError, msgspec.DecodeError) as exc:
-            raise _explain(exc, data) from None
+            raise _explain(exc, data, self.from_peers) from None
         except (RecursionError, MemoryError, OverflowError) as exc:
             raise DecodeError(f"undecodable message: {type(exc).__name__}") from None
 
@@ -209,12 +221,15 @@ def _peek(data: Buffer, pick: Any) -> Any:
         return None
 
 
-def _explain(exc: Exception, data: Buffer) -> DecodeError:
+def _explain(exc: Exception, data: Buffer, from_peers: bool = False) -> DecodeError:
     """Turn msgspec's error into ours, naming the kind and the field path."""
     text = str(exc)
     if isinstance(exc, msgspec.DecodeError) and not isinstance(exc, msgspec.ValidationError):
         return DecodeError(f"not a msgpack message: {text}")
     kind = _peek(data, lambda raw: raw.get(TAG_FIELD) if isinstance(raw, dict) else None)
+    if from_peers and kind in RUNTIME_ONLY:
+        return MalformedMessage(f"a {kind!r} is made only by the runtime for its own actors; no peer may send one",
+                                kind=kind, path=f"$.{TAG_FIELD}")
     if kind is not None and not (isinstance(kind, str) and kind in BY_KIND):
         return UnknownMessage(kind)
     match = _PATH.search(text)

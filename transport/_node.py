@@ -143,7 +143,7 @@ class Node:
         self.host = socket.gethostname()
         self._takeover = takeover
         self._started_ns = time.time_ns()
-        self._codec = Codec(max_message_size=self.config.max_message_size)
+        self._codec = Codec(max_message_size=self.config.max_message_size, from_peers=True)
         self._log = get_logger(node=self.node_id, run_id=run_id)
 
         self._security = security if security is not None else Security()

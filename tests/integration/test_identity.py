@@ -78,6 +78,30 @@ def test_a_sender_name_the_source_node_does_not_hold_is_refused(system: ActorSys
         assert victim.poll() is None
 
 
+def test_no_peer_can_tell_an_actor_what_only_its_runtime_says(system: ActorSystem,
+                                                               caplog: pytest.LogCaptureFixture) -> None:
+    """A proven peer told the coordinator ``Down{name: "worker/1"}`` (a live rank: counted dead, its
+    share handed over), and could fire an actor's timers or fail its asks the same way.  A node
+    does not decode ``down``, ``timer_fired`` or ``ask_failed`` from the network; the forger's other
+    messages, and everyone else's, are served."""
+    victim = system.inbox("coordinator")
+    forged = [{"type": "down", "name": "worker/1", "reason": "dead", "detail": "forged"},
+              {"type": "timer_fired", "key": "tick", "count": 1},
+              {"type": "ask_failed", "correlation_id": 1, "target": "worker/1", "request_kind": "sync_now",
+               "reason": "forged"}]
+    with _liar(system) as liar:
+        assert liar.register(["liar/2", "liar/3", "liar/4"])["type"] == "registry_update"
+        for sender, body in zip(("liar/1", "liar/2", "liar/3"), forged):
+            liar.tell(sender, "coordinator", body)
+        liar.tell("liar/4", "coordinator", {"type": "sync_now"})
+        got = victim.get(timeout=10)
+        assert got is not None and (got.envelope.sender, got.message) == ("liar/4", m.SyncNow())
+        assert victim.poll() is None
+    dropped = [r.getMessage() for r in caplog.records if "made only by the runtime" in r.getMessage()]
+    assert {kind for kind in ("down", "timer_fired", "ask_failed") if any(f"'{kind}'" in d for d in dropped)} == {
+        "down", "timer_fired", "ask_failed"}
+
+
 def test_a_reply_from_a_node_the_ask_did_not_go_to_is_refused(system: ActorSystem) -> None:
     system.spawn_process({"sleeper": "_actors:Sleeper"}, env={**child_env(), "SLEEPER_SECONDS": "1"})
     real = system.ask("sleeper", m.SyncNow(), timeout=30)

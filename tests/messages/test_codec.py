@@ -216,6 +216,30 @@ def test_batch_frames_round_trip_and_isolate_bad_members() -> None:
     assert len(pairs) == 1 and isinstance(errors[0], m.ProtocolVersionMismatch)
 
 
+def test_a_node_s_codec_does_not_decode_the_kinds_only_the_runtime_makes() -> None:
+    """A peer sent ``Down{name: "worker/1"}`` to the coordinator, and its handler counted a live rank
+    dead (any proven member could; ``TimerFired`` and ``AskFailed`` lied the same way)."""
+    forged = [m.Down(name="worker/1", reason=m.DownReason.DEAD, detail="forged"), m.TimerFired(key="tick"),
+              m.AskFailed(correlation_id=1, target="t", request_kind="sync_now", reason="forged")]
+    from actorwire.messages._codec import RUNTIME_ONLY
+
+    assert {type(f).wire_tag() for f in forged} == RUNTIME_ONLY
+    plain, node = m.Codec(), m.Codec(from_peers=True)
+    for message in forged:
+        frames = plain.encode(ENV, message)
+        assert plain.decode(frames) == (ENV, message)  # recordings and tools still read them
+        with pytest.raises(m.MalformedMessage, match="made only by the runtime") as caught:
+            node.decode(frames)
+        assert caught.value.kind == type(message).wire_tag()
+    good = [node.encode_record(ENV, m.Heartbeat(rank=i)) for i in range(2)]
+    records = [good[0], *(node.encode_record(ENV, f) for f in forged), good[1]]
+    pairs, errors = node.decode_batch(node.join_records(records))
+    assert [msg for _, msg in pairs] == [m.Heartbeat(rank=0), m.Heartbeat(rank=1)]
+    assert len(errors) == 3 and all("made only by the runtime" in str(e) for e in errors)
+    pairs, errors = plain.decode_batch(plain.join_records(records))
+    assert len(pairs) == 5 and errors == []
+
+
 @given(st.binary(max_size=256))
 def test_batch_decode_never_raises(data: bytes) -> None:
     pairs, errors = m.Codec(max_message_size=128).decode_batch(data)

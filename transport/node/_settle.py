@@ -41,6 +41,9 @@ class Settlement:
                  send_node: Callable[..., None], changed: Callable[[], None], closing: Callable[[], bool]) -> None:
         self._node_id = node_id
         self._codec = codec
+        #: Reads back this node's own records to renumber them: whatever its actors sent, also a kind
+        #: the node's codec does not take from peers (``messages._codec.RUNTIME_ONLY``).
+        self._own = Codec(max_message_size=codec.max_message_size)
         self._view = view
         self._asks = asks
         self._outbound = outbound
@@ -148,7 +151,7 @@ class Settlement:
         self._log.info("actor moved; re-sending unhandled messages", target=target, node=node_id, count=len(again))
 
     def _renumber(self, record: bytes, seq: int) -> bytes:
-        (envelope, message), = self._codec.decode_batch(self._codec.join_records([record]))[0]
+        (envelope, message), = self._own.decode_batch(self._own.join_records([record]))[0]
         return self._codec.encode_record(msgspec.structs.replace(envelope, seq=seq), message)
 
     def retransmit(self, now: float, after: float) -> None:
