@@ -112,6 +112,9 @@ class GpuWorker(Actor):
         self.session_came: dict[tuple[bytes, int], float] = {}
         #: An all-reduce or a group formation is in the adapter: no batch starts before its outcome.
         self.collective = False
+        #: Control messages from someone other than the coordinator or this rank's relay, by sender:
+        #: ignored, the first of each logged.
+        self.refused: dict[str, int] = {}
 
     # What tests and subclasses read, kept where they were.
     @property
@@ -210,6 +213,8 @@ class GpuWorker(Actor):
     def on_control(self, msg: StartEpoch | ExtendPartition | SyncNow | SetGlobalStep | SetEpochCallbackRole
                    | EpochAggregated | EvalBroadcast | ExecuteEval | Checkpoint | RequestNewNcclId | NewNcclSession
                    | DeclareDead | Shutdown | ShutdownWithSave | CoordHeartbeat, ctx: Context) -> None:
+        if not self._from_coordinator(msg, ctx):
+            return
         if isinstance(msg, NewNcclSession):
             self.session_came.setdefault((msg.uid, msg.attempt), ctx.now())
         if self.training:  # between two batches, as when a batch was one handler run
@@ -231,6 +236,8 @@ class GpuWorker(Actor):
         """Its own ``Throttle`` is the next step; the coordinator's says the rank ran ahead of its peers:
         the protocol takes it (no batch until the next sync), between two batches as any control."""
         if ctx.sender != ctx.name:
+            if not self._from_coordinator(msg, ctx):
+                return
             if self.training:
                 self.held.append(msg)
             else:
@@ -277,6 +284,18 @@ class GpuWorker(Actor):
                 return
             self._run(ctx, self.protocol.receive(msg, ctx.now()))
             self._schedule(ctx)
+
+    def _from_coordinator(self, msg: Message, ctx: Context) -> bool:
+        """Whether ``msg`` is the coordinator's word (``RankProtocol.speaks``): from anyone else it is
+        ignored, the first from each sender logged."""
+        if self.protocol.speaks(ctx.sender):
+            return True
+        sender = ctx.sender or "?"
+        count = self.refused[sender] = self.refused.get(sender, 0) + 1
+        if count == 1:
+            ctx.log.warning("a message only the coordinator may send came from someone else; ignored (further "
+                            "ones are counted)", sender=sender, kind=type(msg).wire_tag())
+        return False
 
     def _from_io(self, msg: Message, ctx: Context) -> bool:
         if ctx.sender == self.io:

@@ -162,6 +162,10 @@ class RankProtocol:
         #: (``actors/control/_relay.py``), or "" for the coordinator itself.  The join names it, so the
         #: coordinator takes its reports, and tells this rank through it (``Fanout``).
         self.relay = relay
+        #: Who may tell this rank what the coordinator says: the coordinator, and the relay named at
+        #: the join (the coordinator tells the rank through it; kept after it died, when nothing more
+        #: comes from it).  See :meth:`speaks`.
+        self.told_by = {coordinator, relay} - {""}
         self.coordinator_timeout = coordinator_timeout
         self.regroup_wait = regroup_wait
         self.joined = False
@@ -251,6 +255,13 @@ class RankProtocol:
         return []
 
     # -- what the coordinator says --------------------------------------------------------------
+
+    def speaks(self, sender: str | None) -> bool:
+        """Whether a message signed ``sender`` is the coordinator's word to this rank.  The drivers
+        hand :meth:`receive` only those (and the runtime's ``Down``, which no peer can send): any
+        proven peer could tell a rank ``Evicted``, ``Shutdown``, ``DeclareDead`` or a plan, and it
+        was believed."""
+        return sender in self.told_by
 
     def receive(self, msg: Message, now: float) -> list[Effect]:
         """A message from the coordinator (or the runtime's ``Down`` of a watched actor)."""

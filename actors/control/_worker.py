@@ -39,7 +39,7 @@ from actorwire.actors.control import _rank, _rank_effects
 from actorwire.actors.control._rank import Effect, Plan, RankProtocol, WorkerError
 from actorwire.actors.control._rank_ops import carry_out
 from actorwire.actors.control._rank_record import RecordedProtocol, recorded
-from actorwire.messages.kinds import DeclareDead, EpochMetrics, IntentKind, SaveReason, ShutdownWithSave
+from actorwire.messages.kinds import DeclareDead, Down, EpochMetrics, IntentKind, SaveReason, ShutdownWithSave
 from actorwire.transport import ActorDead, SystemClosed, UnknownActor
 from actorwire.transport.comm import Communicator, GlooCommunicator
 from actorwire.transport.internal import InvalidArgument, get_logger, settings
@@ -129,6 +129,9 @@ class Worker:
         self.log = get_logger(role="worker", rank=self.rank)
         self.name = _names.worker(self.rank)
         self.inbox = self.system.inbox(self.name)
+        #: Messages taken from someone other than the coordinator or this rank's relay, by sender:
+        #: ignored, the first of each logged.
+        self.refused: dict[str, int] = {}
         #: The training thread waits inside a collective (set around the all-reduce).
         self._in_collective = False
         if getattr(communicator, "abort_from_any_thread", False):
@@ -459,6 +462,7 @@ class Worker:
             items = [first]
             while (item := self.inbox.poll()) is not None:
                 items.append(item)
+            items = [item for item in items if self._told(item.envelope.sender, item.message)]
             for item in _rank_effects.current(items, lambda item: item.message):
                 self._run(self._receive(item), item.received_at)
             first = self.inbox.poll()
@@ -475,12 +479,26 @@ class Worker:
             self._params = list(self.model.parameters()) if self.model is not None else []
         return self._params
 
-    def _abort_on_declare_dead(self, message: Any) -> None:
+    def _told(self, sender: str, message: Any) -> bool:
+        """Whether ``message`` is the coordinator's word (``RankProtocol.speaks``) or the runtime's
+        ``Down``; anything else is ignored, and the first from each sender logged."""
+        if isinstance(message, Down) or self.protocol.speaks(sender):
+            return True
+        count = self.refused[sender] = self.refused.get(sender, 0) + 1
+        if count == 1:
+            self.log.warning("a message only the coordinator may send came from someone else; ignored (further "
+                             "ones are counted)", sender=sender, kind=type(message).wire_tag(),
+                             coordinator=self.coordinator)
+        return False
+
+    def _abort_on_declare_dead(self, envelope: Any, message: Any) -> None:
         """In the I/O thread, as a message arrives: a ``DeclareDead`` while the training thread waits
         in a collective aborts the communicator now, so the collective returns with an error instead
         of at its own timeout (the training thread would serve the ``DeclareDead`` only after it).
-        Only for a communicator whose ``abort()`` is safe from another thread (NCCL's)."""
-        if isinstance(message, DeclareDead) and self._in_collective and self.comm is not None:
+        Only for a communicator whose ``abort()`` is safe from another thread (NCCL's), and only for
+        the coordinator's (the training thread logs anyone else's when it serves it)."""
+        if (isinstance(message, DeclareDead) and self._in_collective and self.comm is not None
+                and self.protocol.speaks(envelope.sender)):
             self.log.warning("a peer was declared dead during a collective: aborting it", dead=message.rank)
             try:
                 self.comm.abort()

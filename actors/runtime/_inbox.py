@@ -42,22 +42,23 @@ class Inbox:
         self._system = system
         self._node = system._node
         self._mailbox: Mailbox[tuple[Envelope, Message, str | None, float]] = Mailbox(system.config.mailbox_capacity)
-        #: Called with each message as it arrives, in the thread that delivers it (the node's I/O
-        #: thread), before it is queued: for what must act while the inbox's own thread is busy (a
-        #: worker aborts a collective its training thread waits in).  It must not block or raise.
-        self.on_arrival: Callable[[Message], None] | None = None
+        #: Called with each message and its envelope as it arrives, in the thread that delivers it
+        #: (the node's I/O thread), before it is queued: for what must act while the inbox's own
+        #: thread is busy (a worker aborts a collective its training thread waits in).  It must not
+        #: block or raise.
+        self.on_arrival: Callable[[Envelope, Message], None] | None = None
 
     def _deliver(self, envelope: Envelope, message: Message, source: str | None, timeout: float | None) -> bool:
         if self.on_arrival is not None:
-            self.on_arrival(message)
+            self.on_arrival(envelope, message)
         return self._mailbox.put((envelope, message, source, time.monotonic()), timeout)
 
     def _deliver_many(self, items: list[tuple[Envelope, Message, str | None]]) -> None:
         """The I/O thread's bulk path: a run that arrived together, stamped with one clock read."""
         at = time.monotonic()
         if self.on_arrival is not None:
-            for _, message, _ in items:
-                self.on_arrival(message)
+            for envelope, message, _ in items:
+                self.on_arrival(envelope, message)
         self._mailbox.put_many([(envelope, message, source, at) for envelope, message, source in items])
 
     def _take(self, item: tuple[Envelope, Message, str | None, float] | None) -> Received | None:

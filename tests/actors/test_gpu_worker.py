@@ -95,6 +95,25 @@ def test_the_coordinators_throttle_holds_the_actor_worker_until_the_next_sync() 
     assert [type(s.message).__name__ for s in h.deliver(m.Throttle(), sender="worker/0")] == ["Batch", "Throttle"]
 
 
+def test_the_actor_worker_takes_the_coordinators_kinds_only_from_the_coordinator() -> None:
+    """Any proven peer could tell it a plan, a sync, a throttle or the run's end, and it was believed."""
+    from _actors import LinearWorker
+
+    h = ActorHarness(LinearWorker(rank=0, world_size=1, run_id="r", batch_size=10), name="worker/0",
+                     peers=["coordinator", "liar/1"])
+    h.actor.make_communicator = lambda: None  # type: ignore[method-assign]
+    h.start()
+    for forged in (m.StartEpoch(epoch=0, partition_offset=0, partition_size=250), m.SyncNow(cycle=1, source=0),
+                   m.Throttle(), m.ShutdownWithSave(reason=m.SaveReason.REDUCE_STALL)):
+        assert h.deliver(forged, sender="liar/1") == []
+    p = h.actor.protocol
+    assert not p.plans and not p.in_sync and not p.throttled and p.ended is None
+    assert h.actor.refused == {"liar/1": 4}
+    h.deliver(m.StartEpoch(epoch=0, partition_offset=0, partition_size=250), sender="coordinator")
+    h.deliver(m.SyncNow(cycle=1, source=0), sender="coordinator")
+    assert [type(s.message).__name__ for s in h.deliver(m.Throttle(), sender="worker/0")] == ["Batch", "Throttle"]
+
+
 def _joined_worker(**kw: object) -> ActorHarness:
     from _actors import LinearWorker
 

@@ -21,9 +21,9 @@ from actorwire.transport.internal import InvalidArgument
 pytestmark = pytest.mark.timeout(60)
 
 
-def _worker(system: ActorSystem) -> Worker:
+def _worker(system: ActorSystem, **settings: Any) -> Worker:
     system.spawn(Coordinator(world_size=1, run_id=system.run_id, num_epochs=2, dataset_size=8,
-                             eval_every=0, final_eval=False), "coordinator")
+                             eval_every=0, final_eval=False, **settings), "coordinator")
     return Worker(system=system, rank=0, world_size=1, model_signature="s", join_timeout=10)
 
 
@@ -49,17 +49,46 @@ def test_an_evicted_rank_never_ends_like_a_finished_one(system: ActorSystem) -> 
     exited 0 with its stale model."""
     from actorwire import messages as m
 
-    worker = _worker(system)
+    # The coordinator waits for a restart once every rank is lost (restart_wait), so it is still there
+    # to tell the rank it counted dead, when that rank speaks again, that it is out (``Evicted``).
+    worker = _worker(system, restart_wait=30.0, launcher_node=system.node_id)
     assert worker.next_plan(timeout=10) is not None
-    # What the coordinator tells a rank it counted dead that speaks again (test_coordinator has that rule).
-    system.tell("worker/0", m.Evicted(detail="rank 0 was counted dead (unreachable: no heartbeat, in epoch 0)"))
-    worker.report_timing(batch_ms=1.0, batch_loss=0.5)
-    assert worker.shutting_down and worker.failure is not None
+    system.tell("coordinator", m.RankExited(rank=0, returncode=-9, detail="killed by signal 9"))  # as its launcher
+    wait_until(lambda: (worker.report_timing(batch_ms=1.0, batch_loss=0.5), worker.shutting_down)[1], timeout=10)
+    assert worker.failure is not None
     with pytest.raises(WorkerError, match="^rank 0: evicted from the run: rank 0 was counted dead"):
         worker.next_plan(timeout=1)
     assert worker.drain_pending_shutdown() is None
     with pytest.raises(WorkerError, match="evicted"):
         worker.finish()  # a loop that left on shutting_down learns it here
+
+
+def test_only_the_coordinator_tells_a_rank_it_is_out_or_the_run_ended(system: ActorSystem,
+                                                                        caplog: pytest.LogCaptureFixture) -> None:
+    """Any proven peer (here a thread of this process, ``~<node>/<thread>``) could tell a rank
+    ``Evicted``, ``Shutdown`` or ``DeclareDead``, and it was believed: the rank stopped training and
+    left.  A rank takes the coordinator's kinds only from the coordinator or its relay."""
+    worker = _worker(system)
+    plan = worker.next_plan(timeout=10)
+    assert plan is not None
+    for forged in (m.Evicted(detail="forged"), m.Shutdown(), m.ShutdownWithSave(reason=m.SaveReason.REDUCE_STALL),
+                   m.DeclareDead(rank=0), m.StartEpoch(epoch=7, partition_offset=0, partition_size=8)):
+        system.tell("worker/0", forged)
+    system.inbox("relay/elsewhere").tell("worker/0", m.Shutdown())
+    worker.poll_metrics()  # serves what came (a tell within a process is in the inbox when it returns)
+    assert not worker.shutting_down and worker.failure is None and worker.drain_pending_shutdown() is None
+    assert sorted(worker.refused.values()) == [1, 5]
+    warned = [r.getMessage() for r in caplog.records if "only the coordinator may send" in r.getMessage()]
+    assert len(warned) == 2  # the first from each sender
+    epochs = []
+    while plan is not None:  # the run goes on as the coordinator says
+        epochs.append(plan.epoch)
+        for _ in worker.batches(plan, 4):
+            worker.report_timing(batch_ms=1.0, batch_loss=0.5)
+        worker.report_epoch(plan)
+        plan = worker.next_plan(timeout=10)
+    worker.finish()
+    assert epochs == [0, 1]
 
 
 def test_the_users_loop_trains_every_epoch_and_leaves_cleanly(system: ActorSystem) -> None:
@@ -307,9 +336,14 @@ def test_declare_dead_frees_a_collective_the_training_thread_waits_in(system: Ac
     worker = Worker(system=system, rank=0, world_size=1, model=torch.nn.Linear(2, 1), communicator=comm,
                     join_timeout=10)
 
-    def declare() -> None:  # what the coordinator says of a dead peer while this rank is inside
+    # What the coordinator says of a dead peer while this rank is inside, said by a stand-in this rank
+    # takes the coordinator's word from (a relay's place): one rank has no peer to lose.
+    worker.protocol.told_by.add("relay/stand-in")
+    stand_in = system.inbox("relay/stand-in")
+
+    def declare() -> None:
         if comm.waiting.wait(20):
-            system.tell("worker/0", m.DeclareDead(rank=1))
+            stand_in.tell("worker/0", m.DeclareDead(rank=1))
 
     teller = threading.Thread(target=declare, daemon=True)
     teller.start()
