@@ -52,6 +52,7 @@ from actorwire.messages.kinds import (
     EpochAggregated,
     EvalBroadcast,
     EvalResult,
+    Evicted,
     ExecuteEval,
     ExtendPartition,
     GroupIdMade,
@@ -212,7 +213,7 @@ class GpuWorker(Actor):
     @handler
     def on_control(self, msg: StartEpoch | ExtendPartition | SyncNow | SetGlobalStep | SetEpochCallbackRole
                    | EpochAggregated | EvalBroadcast | ExecuteEval | Checkpoint | RequestNewNcclId | NewNcclSession
-                   | DeclareDead | Shutdown | ShutdownWithSave | CoordHeartbeat, ctx: Context) -> None:
+                   | DeclareDead | Shutdown | ShutdownWithSave | Evicted | CoordHeartbeat, ctx: Context) -> None:
         if not self._from_coordinator(msg, ctx):
             return
         if isinstance(msg, NewNcclSession):

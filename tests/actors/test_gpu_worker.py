@@ -134,6 +134,16 @@ def test_a_coordinator_that_dies_stops_the_actor_worker() -> None:
     assert h.ctx.stopped
 
 
+def test_an_evicted_actor_worker_stops_as_a_failed_rank_without_saying_exiting() -> None:
+    """The coordinator's ``Evicted`` (it counted the rank dead, and the rank spoke again) had no
+    handler here: the actor logged "no handler" and waited for plans that would never come."""
+    h = _joined_worker()
+    h.take()
+    out = h.deliver(m.Evicted(detail="rank 0 was counted dead (dead: status -9)"), sender="coordinator")
+    assert h.ctx.stopped and not any(isinstance(s.message, m.Exiting) for s in out)
+    assert h.actor.protocol.failure is not None and "evicted from the run" in h.actor.protocol.failure
+
+
 def test_a_silent_coordinator_does_not_stop_the_actor_worker_its_down_does() -> None:
     h = _joined_worker(coordinator_timeout=5.0)
     h.advance(3.0)
