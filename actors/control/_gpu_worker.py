@@ -113,9 +113,6 @@ class GpuWorker(Actor):
         self.session_came: dict[tuple[bytes, int], float] = {}
         #: An all-reduce or a group formation is in the adapter: no batch starts before its outcome.
         self.collective = False
-        #: Control messages from someone other than the coordinator or this rank's relay, by sender:
-        #: ignored, the first of each logged.
-        self.refused: dict[str, int] = {}
 
     # What tests and subclasses read, kept where they were.
     @property
@@ -125,6 +122,11 @@ class GpuWorker(Actor):
     @property
     def global_step(self) -> int:
         return self.protocol.global_step
+
+    @property
+    def refused(self) -> dict[str, int]:
+        """Control messages ignored because someone other than the coordinator or this rank's relay sent them, by sender."""
+        return self.protocol.refused
 
     @property
     def epoch_role(self) -> int | None:
@@ -287,15 +289,11 @@ class GpuWorker(Actor):
             self._schedule(ctx)
 
     def _from_coordinator(self, msg: Message, ctx: Context) -> bool:
-        """Whether ``msg`` is the coordinator's word (``RankProtocol.speaks``): from anyone else it is
-        ignored, the first from each sender logged."""
-        if self.protocol.speaks(ctx.sender):
+        """Whether ``msg`` may be served (``RankProtocol.refusal``); anything else is ignored."""
+        refusal = self.protocol.refusal(ctx.sender, msg)
+        if refusal is None:
             return True
-        sender = ctx.sender or "?"
-        count = self.refused[sender] = self.refused.get(sender, 0) + 1
-        if count == 1:
-            ctx.log.warning("a message only the coordinator may send came from someone else; ignored (further "
-                            "ones are counted)", sender=sender, kind=type(msg).wire_tag())
+        self._run(ctx, refusal)
         return False
 
     def _from_io(self, msg: Message, ctx: Context) -> bool:

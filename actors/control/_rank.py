@@ -166,6 +166,8 @@ class RankProtocol:
         #: the join (the coordinator tells the rank through it; kept after it died, when nothing more
         #: comes from it).  See :meth:`speaks`.
         self.told_by = {coordinator, relay} - {""}
+        #: Messages refused because someone else sent them (:meth:`refusal`), by sender.
+        self.refused: dict[str, int] = {}
         self.coordinator_timeout = coordinator_timeout
         self.regroup_wait = regroup_wait
         self.joined = False
@@ -262,6 +264,19 @@ class RankProtocol:
         proven peer could tell a rank ``Evicted``, ``Shutdown``, ``DeclareDead`` or a plan, and it
         was believed."""
         return sender in self.told_by
+
+    def refusal(self, sender: str | None, msg: Message) -> list[Effect] | None:
+        """None when ``msg`` may be handed to :meth:`receive`: the coordinator's word
+        (:meth:`speaks`) or the runtime's ``Down``.  Anything else is counted by sender and
+        ignored; the effects returned log the first from each sender."""
+        if isinstance(msg, Down) or sender in self.told_by:
+            return None
+        who = sender or "?"
+        count = self.refused[who] = self.refused.get(who, 0) + 1
+        if count > 1:
+            return []
+        return [Log("warning", "a message only the coordinator may send came from someone else; ignored (further "
+                    "ones are counted)", {"sender": who, "kind": type(msg).wire_tag(), "coordinator": self.coordinator})]
 
     def receive(self, msg: Message, now: float) -> list[Effect]:
         """A message from the coordinator (or the runtime's ``Down`` of a watched actor)."""

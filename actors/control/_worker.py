@@ -39,7 +39,7 @@ from actorwire.actors.control import _rank, _rank_effects
 from actorwire.actors.control._rank import Effect, Plan, RankProtocol, WorkerError
 from actorwire.actors.control._rank_ops import carry_out
 from actorwire.actors.control._rank_record import RecordedProtocol, recorded
-from actorwire.messages.kinds import DeclareDead, Down, EpochMetrics, IntentKind, SaveReason, ShutdownWithSave
+from actorwire.messages.kinds import DeclareDead, EpochMetrics, IntentKind, SaveReason, ShutdownWithSave
 from actorwire.transport import ActorDead, SystemClosed, UnknownActor
 from actorwire.transport.comm import Communicator, GlooCommunicator
 from actorwire.transport.internal import InvalidArgument, get_logger, settings
@@ -129,9 +129,6 @@ class Worker:
         self.log = get_logger(role="worker", rank=self.rank)
         self.name = _names.worker(self.rank)
         self.inbox = self.system.inbox(self.name)
-        #: Messages taken from someone other than the coordinator or this rank's relay, by sender:
-        #: ignored, the first of each logged.
-        self.refused: dict[str, int] = {}
         #: The training thread waits inside a collective (set around the all-reduce).
         self._in_collective = False
         if getattr(communicator, "abort_from_any_thread", False):
@@ -480,16 +477,17 @@ class Worker:
         return self._params
 
     def _told(self, sender: str, message: Any) -> bool:
-        """Whether ``message`` is the coordinator's word (``RankProtocol.speaks``) or the runtime's
-        ``Down``; anything else is ignored, and the first from each sender logged."""
-        if isinstance(message, Down) or self.protocol.speaks(sender):
+        """Whether ``message`` may be served (``RankProtocol.refusal``); anything else is ignored."""
+        refusal = self.protocol.refusal(sender, message)
+        if refusal is None:
             return True
-        count = self.refused[sender] = self.refused.get(sender, 0) + 1
-        if count == 1:
-            self.log.warning("a message only the coordinator may send came from someone else; ignored (further "
-                             "ones are counted)", sender=sender, kind=type(message).wire_tag(),
-                             coordinator=self.coordinator)
+        self._run(refusal)
         return False
+
+    @property
+    def refused(self) -> dict[str, int]:
+        """Messages ignored because someone other than the coordinator or this rank's relay sent them, by sender."""
+        return self.protocol.refused  # type: ignore[no-any-return]
 
     def _abort_on_declare_dead(self, envelope: Any, message: Any) -> None:
         """In the I/O thread, as a message arrives: a ``DeclareDead`` while the training thread waits

@@ -409,3 +409,20 @@ def test_a_changed_protocol_diverges_at_the_call_that_changed(tmp_path) -> None:
     assert not report.ok
     first = report.divergences[0]
     assert first.kind == "batch_done" and "batch_ms" in first.expected and "4.0" in first.got
+
+
+def test_only_the_coordinator_its_relay_or_the_runtime_is_heard() -> None:
+    """The one place the rule lives (both drivers ask it): the coordinator's word, the relay's
+    fanout and the runtime's ``Down`` are taken; anything else is counted by sender, the first from
+    each logged once."""
+    p = RankProtocol(1, 2, relay="relay/h1")
+    assert p.refusal("coordinator", m.Shutdown()) is None
+    assert p.refusal("relay/h1", m.Shutdown()) is None
+    assert p.refusal("liar/1", m.Down(name="coordinator", reason=m.DownReason.DEAD)) is None
+    first = p.refusal("liar/1", m.Evicted(detail="forged"))
+    assert first is not None and [type(e) for e in first] == [_rank.Log]
+    assert first[0].level == "warning" and first[0].fields["sender"] == "liar/1" and first[0].fields["kind"] == "evicted"
+    assert p.refusal("liar/1", m.Shutdown()) == []  # counted, not logged again
+    assert p.refusal(None, m.Shutdown()) is not None  # a sender with no name is nobody's word
+    assert p.refused == {"liar/1": 2, "?": 1}
+    assert p.ended is None and p.failure is None  # refusing told the rank nothing
