@@ -7,6 +7,8 @@ A name is a path of ``/``-separated parts; the built-in actors use:
   the inbox its heartbeat thread sends from (FIFO is per sender);
 * ``{prefix}/producer/{rank}``: trainer rank ``rank``'s weight producer;
 * ``{prefix}/consumer/{id}``: weight consumer ``id`` of a deployment;
+* ``{prefix}/sender/{rank}``: the inbox trainer rank ``rank``'s thread sends its weights from
+  (rank 0's also starts each sync at the consumers);
 * ``weights/r{rank}`` and ``snapshot/r{rank}``: the prefixes the demo and
   the final snapshot give one rank's weight transfer.
 """
@@ -35,6 +37,16 @@ def producer(prefix: str, rank: int) -> str:
 
 def consumer(prefix: str, consumer_id: int) -> str:
     return f"{prefix}/consumer/{consumer_id}"
+
+
+def weight_sender(prefix: str, rank: int) -> str:
+    return f"{prefix}/sender/{rank}"
+
+
+def consumer_prefix(name: str) -> str | None:
+    """The prefix of consumer ``name`` (``weights/r0`` of ``weights/r0/consumer/3``), or None."""
+    head, sep, tail = name.rpartition("/consumer/")
+    return head if sep and tail.isdigit() else None
 
 
 def consumer_id(name: str, prefix: str) -> int | None:

@@ -28,9 +28,11 @@ from typing import Any
 
 import msgspec
 
+from actorwire.actors import _names
 from actorwire.actors.runtime._actor import Actor, effects_name, handler
 from actorwire.actors.runtime._context import Context
 from actorwire.actors.runtime._replay import register_replayable
+from actorwire.actors.weights._heard import heard
 from actorwire.actors.weights._plan import Chunk, WeightPlan
 from actorwire.messages.kinds import (
     ActorDetail,
@@ -98,6 +100,8 @@ class WeightConsumer(Actor):
         self.bytes_pulled = 0
         #: Ask the adapter for the model's digest at the end of each sync (a model consumer does).
         self.digest_state = False
+        #: Messages ignored because their sender may not say them, by sender (``_heard``).
+        self.ignored: dict[str, int] = {}
 
     def config(self) -> dict[str, Any]:
         return {"consumer_id": self.consumer_id, "plan": self.plan, "wanted": self.wanted, "host": self.host,
@@ -121,6 +125,8 @@ class WeightConsumer(Actor):
 
     def on_start(self, ctx: Context) -> None:
         self.io = effects_name(ctx.name)
+        #: The trainer thread that starts each sync: rank 0's, under this consumer's prefix.
+        self.trainer = _names.weight_sender(_names.consumer_prefix(ctx.name) or "", 0)
         self.asked: set[int] = set()
         self._reserve(ctx)
 
@@ -166,7 +172,9 @@ class WeightConsumer(Actor):
 
     @handler
     def on_begin(self, msg: BeginSync, ctx: Context) -> None:
-        sender = ctx.sender or ""
+        if not heard(self.ignored, ctx.sender, msg, ctx.sender == self.trainer, ctx.log, expected=self.trainer):
+            return
+        sender = self.trainer
         if self.refused is not None:
             ctx.tell(sender, SyncFailed(sync_id=msg.sync_id, reason=self.refused))
         elif not self.ready:
@@ -211,6 +219,12 @@ class WeightConsumer(Actor):
 
     @handler
     def on_reply(self, msg: PullReply, ctx: Context) -> None:
+        """Only from the producer the pull went to: the reply's refs are written into the model."""
+        chunk = self.inflight.get(msg.seq) if self.active and msg.sync_id == self.sync_id else None
+        owner = self.plan.producers[chunk.rank] if chunk is not None else None
+        allowed = ctx.sender == owner if owner is not None else ctx.sender in self.plan.producers
+        if not heard(self.ignored, ctx.sender, msg, allowed, ctx.log, expected=owner or "a producer of the plan"):
+            return
         if not self.active or msg.sync_id != self.sync_id:
             ctx.log.warning("weights.stale_reply", sync_id=msg.sync_id, seq=msg.seq)
             return
@@ -292,6 +306,10 @@ class WeightConsumer(Actor):
 
     @handler
     def on_failed(self, msg: SyncFailed, ctx: Context) -> None:
+        """From a producer (``sync_id`` 0: it refused the reservation), or from the trainer."""
+        allowed = ctx.sender in self.plan.producers or (msg.sync_id != 0 and ctx.sender == self.trainer)
+        if not heard(self.ignored, ctx.sender, msg, allowed, ctx.log, expected="a producer of the plan or the trainer"):
+            return
         if msg.sync_id == 0:  # refused at reservation: every later sync fails with this reason
             self.refused = msg.reason
             for begin, sender in self.waiting:

@@ -36,6 +36,7 @@ from actorwire.actors import _names
 from actorwire.actors.runtime._actor import Actor, effects_name, handler
 from actorwire.actors.runtime._context import Context
 from actorwire.actors.runtime._replay import register_replayable
+from actorwire.actors.weights._heard import heard
 from actorwire.actors.weights._plan import WeightPlan
 from actorwire.messages import Message
 from actorwire.messages.kinds import (
@@ -120,6 +121,10 @@ class WeightProducer(Actor):
         self.ring_owner: dict[int, tuple[int, str]] = {}
         #: Shared pulls waiting for every live sharer: (ring, seq) -> {consumer: (request, sender)}.
         self.rendezvous: dict[tuple[int, int], dict[int, tuple[PullRequest, str]]] = {}
+        #: The trainer thread whose word a sync's begin, publishes and end are.
+        self.trainer = _names.weight_sender(prefix, rank)
+        #: Messages ignored because their sender may not say them, by sender (``_heard``).
+        self.ignored: dict[str, int] = {}
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -139,11 +144,22 @@ class WeightProducer(Actor):
         ctx.log.warning("weights.forged_effect", kind=kind, sender=ctx.sender)
         return False
 
+    def _from_trainer(self, msg: Message, ctx: Context) -> bool:
+        return heard(self.ignored, ctx.sender, msg, ctx.sender == self.trainer, ctx.log, expected=self.trainer)
+
+    def _from_consumer(self, msg: ReserveServeBuffer | PullRequest | FreeGroup, ctx: Context) -> bool:
+        """A consumer speaks only for itself: a free counted for another consumer releases a group
+        under its reader, and a pull or reservation in its name has its reply sent elsewhere."""
+        name = consumer_name(self.prefix, msg.consumer_id)
+        return heard(self.ignored, ctx.sender, msg, ctx.sender == name, ctx.log, expected=name)
+
     # -- consumers' init ---------------------------------------------------------------------
 
     @handler
     def on_reserve(self, msg: ReserveServeBuffer, ctx: Context) -> None:
-        sender = ctx.sender or consumer_name(self.prefix, msg.consumer_id)
+        if not self._from_consumer(msg, ctx):
+            return
+        sender = consumer_name(self.prefix, msg.consumer_id)
         digest = msg.plan_digest or ""
         if digest.split(":", 1)[0] != self.plan.digest:
             reason = (f"consumer {msg.consumer_id} was built from weight plan {digest.split(':', 1)[0]}, producer "
@@ -235,6 +251,8 @@ class WeightProducer(Actor):
 
     @handler
     def on_begin(self, msg: BeginSync, ctx: Context) -> None:
+        if not self._from_trainer(msg, ctx):
+            return
         if self.active and self.failed is None:
             ctx.log.warning("weights.sync_abandoned", sync_id=self.sync_id, next=msg.sync_id)
         if msg.sync_id <= self.sync_id:
@@ -266,7 +284,7 @@ class WeightProducer(Actor):
 
     @handler
     def on_publish(self, msg: PublishGroup, ctx: Context) -> None:
-        if not self._route(msg.sync_id, msg, ctx) or self.failed is not None:
+        if not self._from_trainer(msg, ctx) or not self._route(msg.sync_id, msg, ctx) or self.failed is not None:
             return
         if msg.group_idx not in self.owned:
             self._fail(f"producer rank {self.rank}: group {msg.group_idx} published, but this rank holds none "
@@ -281,8 +299,10 @@ class WeightProducer(Actor):
 
     @handler
     def on_pull(self, msg: PullRequest, ctx: Context) -> None:
+        if not self._from_consumer(msg, ctx):
+            return
         if self._route(msg.sync_id, msg, ctx):
-            self._pull(msg, ctx.sender or consumer_name(self.prefix, msg.consumer_id), ctx)
+            self._pull(msg, consumer_name(self.prefix, msg.consumer_id), ctx)
         elif msg.sync_id < self.sync_id or (msg.sync_id == self.sync_id and not self.active):
             ctx.tell(ctx.sender or "", SyncFailed(sync_id=msg.sync_id, reason=(
                 f"producer rank {self.rank}: sync {msg.sync_id} is over")))
@@ -359,7 +379,7 @@ class WeightProducer(Actor):
 
     @handler
     def on_free(self, msg: FreeGroup, ctx: Context) -> None:
-        if self._route(msg.sync_id, msg, ctx):
+        if self._from_consumer(msg, ctx) and self._route(msg.sync_id, msg, ctx):
             self._free(msg, ctx)
 
     def _free(self, msg: FreeGroup, ctx: Context) -> None:
@@ -388,6 +408,8 @@ class WeightProducer(Actor):
 
     @handler
     def on_end(self, msg: EndSync, ctx: Context) -> None:
+        if not self._from_trainer(msg, ctx):
+            return
         if msg.sync_id != self.sync_id or not self.active:
             return
         if self.published and self.failed is None:
@@ -406,6 +428,10 @@ class WeightProducer(Actor):
     @handler
     def on_failed(self, msg: SyncFailed, ctx: Context) -> None:
         """A gather error from the trainer thread, or a consumer giving up."""
+        sender = ctx.sender or ""
+        allowed = sender == self.trainer or _names.consumer_id(sender, self.prefix) is not None
+        if not heard(self.ignored, ctx.sender, msg, allowed, ctx.log, expected=f"{self.trainer} or a consumer"):
+            return
         if self._route(msg.sync_id, msg, ctx):
             self._fail(msg.reason, ctx)
 

@@ -27,6 +27,7 @@ import time
 from typing import TYPE_CHECKING, Any
 
 from actorwire.actors import _names
+from actorwire.actors.weights._heard import heard
 from actorwire.actors.weights._plan import (
     WeightPlan,
     WeightSource,
@@ -41,6 +42,7 @@ from actorwire.actors.weights._producer import (
     WeightProducer,
     consumer_name,
 )
+from actorwire.messages import Message
 from actorwire.messages.kinds import BeginSync, Down, EndSync, GroupsFreed, HeldNames, PublishGroup, SyncFailed
 from actorwire.transport.internal import InvalidArgument, get_logger
 from actorwire.transport.internal import local_plane as _local
@@ -81,8 +83,10 @@ class WeightSender:
         self.consumer_ids = sorted(consumer_ids)
         self.lookahead, self.prefix = lookahead, prefix
         self.stall_timeout = stall_timeout
-        self.log = get_logger(actor=f"{prefix}/sender/{rank}", rank=rank)
-        self.inbox = system.inbox(f"{prefix}/sender/{rank}")
+        self.log = get_logger(actor=_names.weight_sender(prefix, rank), rank=rank)
+        self.inbox = system.inbox(_names.weight_sender(prefix, rank))
+        #: Messages ignored because their sender may not say them, by sender (``_heard``).
+        self.ignored: dict[str, int] = {}
         self._held_early: dict[int, HeldNames] = {}
         meta = source.metadata()
         names = [p.name for p in meta]
@@ -116,7 +120,7 @@ class WeightSender:
     def _exchange_held(self, digest: str, mask: bytes, timeout: float) -> tuple[list[str], list[bytes]]:
         mine = HeldNames(rank=self.rank, world_size=self.world_size, digest=digest, held=mask)
         got: dict[int, HeldNames] = {self.rank: mine}
-        peers = [f"{self.prefix}/sender/{r}" for r in range(self.world_size) if r != self.rank]
+        peers = [_names.weight_sender(self.prefix, r) for r in range(self.world_size) if r != self.rank]
         for peer in peers:
             self.system.wait_for(peer, timeout)
             self.inbox.tell(peer, mine)
@@ -128,7 +132,8 @@ class WeightSender:
                 missing = sorted(set(range(self.world_size)) - set(got))
                 raise WeightSyncError(f"rank {self.rank}: no held names from rank(s) {missing} within {timeout:g} s")
             msg = item.message
-            if isinstance(msg, HeldNames):
+            if isinstance(msg, HeldNames) and self._heard(item.sender, msg, item.sender == _names.weight_sender(
+                    self.prefix, msg.rank), expected=_names.weight_sender(self.prefix, msg.rank)):
                 if msg.world_size != self.world_size:
                     raise WeightSyncError(f"rank {msg.rank} says the trainer world has {msg.world_size} ranks, "
                                           f"rank {self.rank} says {self.world_size}")
@@ -230,9 +235,13 @@ class WeightSender:
                                           f"for {limit:g} s")
                 continue
             msg = item.message
-            if isinstance(msg, GroupsFreed) and msg.sync_id == sync_id:
+            # Freed groups are dropped here (the producer must be done with them); a failure ends the sync.
+            if isinstance(msg, GroupsFreed) and msg.sync_id == sync_id and self._heard(
+                    item.sender, msg, item.sender == self.producer, expected=self.producer):
                 return msg.groups
-            if isinstance(msg, SyncFailed) and msg.sync_id == sync_id:
+            if isinstance(msg, SyncFailed) and msg.sync_id == sync_id and self._heard(
+                    item.sender, msg, item.sender == self.producer or _consumer_id(item.sender, self.prefix) is not None,
+                    expected=f"{self.producer} or a consumer"):
                 raise WeightSyncError(msg.reason)
             if isinstance(msg, Down):
                 cid = _consumer_id(msg.name, self.prefix)
@@ -251,6 +260,9 @@ class WeightSender:
                         state["digests"][cid] = msg.digest
                 return []
             self.log.debug("weights.sender_ignored", kind=type(msg).wire_tag(), sender=item.sender)
+
+    def _heard(self, sender: str, msg: Message, allowed: bool, **expected: Any) -> bool:
+        return heard(self.ignored, sender, msg, allowed, self.log, **expected)
 
     def _drop(self, inflight: dict[int, bytes], groups: list[int]) -> None:
         for g in groups:

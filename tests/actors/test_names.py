@@ -19,10 +19,14 @@ def test_names_are_built_and_parsed_back() -> None:
     assert _names.consumer_id(_names.consumer(prefix, 7), prefix) == 7
     for stranger in ("weights/r2/consumer/x", "weights/r3/consumer/0", "weights/r2/producer/0"):
         assert _names.consumer_id(stranger, prefix) is None
+    assert _names.weight_sender(prefix, 0) == "weights/r2/sender/0"
+    assert _names.consumer_prefix(_names.consumer(prefix, 7)) == prefix
+    for stranger in ("weights/r2/consumer/x", "weights/r2/producer/0", "consumer/0"):
+        assert _names.consumer_prefix(stranger) is None
 
 
 def test_no_module_spells_a_name_scheme_itself() -> None:
-    scheme = re.compile(r"""f["'][^"']*(/producer/|/consumer/|worker/\{|/r\{)""")
+    scheme = re.compile(r"""f["'][^"']*(/producer/|/consumer/|/sender/|worker/\{|/r\{)""")
     offenders = [str(p.relative_to(ROOT)) for folder in ("actors", "transport")
                  for p in (ROOT / folder).rglob("*.py")
                  if p.name != "_names.py" and any(scheme.search(line) for line in p.read_text().splitlines()

@@ -599,3 +599,156 @@ def test_a_reservation_the_adapter_cannot_make_fails_the_consumer_with_the_reaso
                        sender=P0 + "/io")
     assert out.target == c(0) and isinstance(out.message, m.SyncFailed) and out.message.sync_id == 0
     assert "could not reserve serve ring 0: OSError: no space left on device" in out.message.reason
+
+
+# -- who may say what (decision 0024) -----------------------------------------------------------
+
+LIAR = "liar/1"
+
+
+def test_a_consumer_frees_only_for_itself() -> None:
+    """A free counted for a consumer that still reads the group released it under that reader
+    (its memory handed back to the trainer): any peer could send ``FreeGroup{consumer_id: 1}``."""
+    h = producer()
+    begin(h, [0, 1])
+    publish(h, 1)
+    assert free(h, 1, 0) == []
+    forged = m.FreeGroup(sync_id=1, group_idx=1, consumer_id=1)
+    assert h.deliver(forged, sender=LIAR) == []
+    assert h.deliver(forged, sender=c(0)) == []  # a real consumer, speaking for another
+    assert h.actor.ignored == {LIAR: 1, c(0): 1}
+    assert [s.message for s in free(h, 1, 1)] == [m.GroupsFreed(sync_id=1, groups=[1])]
+    h.close()
+
+
+def test_a_pull_in_another_consumers_name_is_ignored() -> None:
+    """The reply went to whoever asked, in the name of a live consumer: the weights to a stranger,
+    and the real consumer's shared-ring rendezvous taken."""
+    h = producer()
+    begin(h, [0])
+    publish(h, 0)
+    assert h.deliver(m.PullRequest(sync_id=1, consumer_id=0, seq=0, names=["embed"]), sender=LIAR) == []
+    assert h.deliver(m.ReserveServeBuffer(consumer_id=0, nbytes=64, plan_digest=h.actor.plan.digest),
+                     sender=LIAR) == []
+    out = h.deliver(m.PullRequest(sync_id=1, consumer_id=0, seq=0, names=["embed"]), sender=c(0))
+    assert [(type(s.message), s.target) for s in out] == [(m.PullReply, c(0))]
+    assert h.actor.ignored == {LIAR: 2}
+    h.close()
+
+
+def test_only_the_ranks_trainer_begins_publishes_ends_or_fails_a_sync() -> None:
+    h = producer()
+    begin(h, [0])
+    for forged in (m.BeginSync(sync_id=2, live_consumer_ids=[]), m.EndSync(sync_id=1),
+                   m.SyncFailed(sync_id=1, reason="forged")):
+        assert h.deliver(forged, sender=LIAR) == []
+    names = h.actor.plan.groups()[0]
+    _, refs = _local.put({n: TENSORS[n] for n in names if n in h.actor.served})
+    assert h.deliver(m.PublishGroup(sync_id=1, group_idx=0, tensors=refs), sender=LIAR) == []
+    assert (h.actor.sync_id, h.actor.active, h.actor.failed, h.actor.published) == (1, True, None, {})
+    assert h.actor.ignored == {LIAR: 4}
+    # The trainer's and a consumer's failure are still heard.
+    out = h.deliver(m.SyncFailed(sync_id=1, reason="consumer 0 gave up"), sender=c(0))
+    assert h.actor.failed == "consumer 0 gave up" and out
+    h.close()
+
+
+def test_the_consumer_writes_only_what_the_pulls_producer_replied() -> None:
+    """A ``PullReply`` is written into the model: from anyone but the producer the pull went to,
+    it overwrote the weights with the sender's bytes."""
+    dst = {n: torch.zeros(4) for n in TENSORS}
+    h = consumer(tensors=dst)
+    ready(h)
+    ring = ServeRing("shm")
+    ring.reserve(0, 2, 64)
+    try:
+        first = pulls(h.deliver(m.BeginSync(sync_id=1, live_consumer_ids=[0]), sender=SENDER))
+        assert first[0][0] == P0
+        for liar in (LIAR, P1):  # a stranger, and a producer of the plan that was not asked
+            assert _serve(ring, h, (liar, *first[0][1:])) == []
+        assert h.actor.ignored == {LIAR: 1, P1: 1} and h.actor.writing == {}
+        out = _serve(ring, h, first[0])
+        assert [s.target for s in out if isinstance(s.message, m.FreeGroup)] == [P0, P1]
+    finally:
+        ring.close()
+        h.close()
+
+
+def test_the_consumer_takes_a_sync_only_from_rank_0s_trainer_and_failures_from_the_plan() -> None:
+    h = consumer()
+    ready(h)
+    assert h.deliver(m.BeginSync(sync_id=1, live_consumer_ids=[0]), sender=LIAR) == []
+    assert h.deliver(m.BeginSync(sync_id=1, live_consumer_ids=[0]), sender="weights/sender/1") == []
+    # A refusal at reservation would fail every later sync: only a producer may say it.
+    assert h.deliver(m.SyncFailed(sync_id=0, reason="forged"), sender=LIAR) == []
+    assert h.deliver(m.SyncFailed(sync_id=0, reason="forged"), sender=SENDER) == []
+    assert h.actor.refused is None and not h.actor.active
+    assert h.actor.ignored == {LIAR: 2, "weights/sender/1": 1, SENDER: 1}
+    assert pulls(h.deliver(m.BeginSync(sync_id=1, live_consumer_ids=[0]), sender=SENDER))
+    out = h.deliver(m.SyncFailed(sync_id=1, reason="rank 0 gather failed"), sender=SENDER)
+    assert not h.actor.active and out
+    h.close()
+
+
+def _arrived(inbox: object, count: int) -> None:
+    """Until ``count`` messages wait in ``inbox`` (bounded): what came from one sender is ordered,
+    what came from two is not, so a test that sends from two waits for the first."""
+    import time
+
+    deadline = time.monotonic() + 10
+    while len(inbox._mailbox) < count:  # type: ignore[attr-defined]
+        assert time.monotonic() < deadline, "the messages never arrived"
+        time.sleep(0.005)
+
+
+@pytest.mark.timeout(60)
+def test_the_trainer_thread_takes_frees_only_from_its_producer_and_failures_from_the_sync() -> None:
+    """A ``GroupsFreed`` drops the trainer's groups while the producer may still pack them, and a
+    ``SyncFailed`` ends the trainer's sync: from any peer, both were believed."""
+    from actorwire.actors import ActorSystem
+    from actorwire.actors.weights._plan import ModuleSource
+    from actorwire.actors.weights._sender import WeightSender
+
+    with ActorSystem() as system:
+        sender = WeightSender(system, ModuleSource(torch.nn.Linear(2, 2)), consumer_ids=[0])
+        liar, consumer0 = system.inbox(LIAR), system.inbox(c(0))
+        liar.tell(sender.inbox.name, m.SyncFailed(sync_id=1, reason="forged"))
+        liar.tell(sender.inbox.name, m.GroupsFreed(sync_id=1, groups=[0]))
+        _arrived(sender.inbox, 2)
+        consumer0.tell(sender.inbox.name, m.GroupsFreed(sync_id=1, groups=[0]))  # a consumer is not the producer
+        consumer0.tell(sender.inbox.name, m.EndSync(sync_id=1))
+        state: dict = {"done": [], "max": 0, "bytes": 0, "digests": {}}
+        assert sender._wait_freed(1, {0}, state) == []  # the consumer's EndSync, nothing before it
+        assert state["done"] == [0] and sender.ignored == {LIAR: 2, c(0): 1}
+        sender.close()
+
+
+@pytest.mark.timeout(60)
+def test_a_rank_says_only_its_own_held_names() -> None:
+    """Ownership is resolved from every rank's held names: one rank could say another's."""
+    import threading
+
+    import msgspec
+
+    from actorwire.actors import ActorSystem
+    from actorwire.actors.weights._plan import ModuleSource
+    from actorwire.actors.weights._sender import WeightSender, WeightSyncError
+
+    with ActorSystem() as system:
+        peer1 = system.inbox("weights/sender/1")
+        system.inbox("weights/sender/2")
+
+        def rank_1_lies() -> None:
+            mine = peer1.get(timeout=10)  # rank 0's held names, told to each peer
+            assert mine is not None
+            peer1.tell("weights/sender/0", msgspec.structs.replace(mine.message, rank=2))  # rank 2's, said by rank 1
+            peer1.tell("weights/sender/0", msgspec.structs.replace(mine.message, rank=1))
+
+        liar = threading.Thread(target=rank_1_lies)
+        liar.start()
+        try:
+            with pytest.raises(WeightSyncError, match=r"no held names from rank\(s\) \[2\]"):
+                WeightSender(system, ModuleSource(torch.nn.Linear(2, 2)), consumer_ids=[0], world_size=3,
+                             init_timeout=1.0)
+        finally:
+            liar.join(10)
