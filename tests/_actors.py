@@ -123,6 +123,10 @@ class Quitter(Actor):
         ctx.stop()
 
     @handler
+    def on_evicted(self, msg: m.Evicted, ctx: Context) -> None:
+        ctx.stop(failure=f"evicted: {msg.detail}")
+
+    @handler
     def on_sync_now(self, msg: m.SyncNow, ctx: Context) -> None:
         ctx.reply(m.SyncAck(rank=os.getpid(), step_count=0))
 

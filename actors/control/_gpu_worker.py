@@ -187,7 +187,7 @@ class GpuWorker(Actor):
             self.protocol.join_reply(msg, ctx.now())
         except _rank.WorkerError as exc:
             ctx.log.error("the coordinator refused this rank", reason=str(exc))
-            ctx.stop()
+            ctx.stop(str(exc))
             return
         # As the Worker does: a coordinator that dies ends this rank (it would wait for plans that never
         # come), a silent one is warned about.
@@ -364,7 +364,8 @@ class GpuWorker(Actor):
                 if not effect.failed:
                     for said in p.exiting():
                         self._run(ctx, [said])
-                ctx.stop()
+                # A rank evicted, or left by its coordinator before the run ended, fails its process.
+                ctx.stop(f"rank {self.rank}: {effect.why}" if effect.failed else "")
 
 
 def _request(effect: Effect) -> Message | None:

@@ -115,6 +115,9 @@ class _Cell:
         self.handled = 0
         self.kinds: collections.Counter[type[Message]] = collections.Counter()
         self.failures = 0
+        #: Why the actor stopped short of its work: ``ctx.stop(failure)``, or a handler that raised
+        #: and stopped it; "" for a clean stop.  Kept by the system once the actor retires.
+        self.failure = ""
 
     # -- delivery (any thread) -------------------------------------------
 
@@ -195,9 +198,10 @@ class _Cell:
             rec.begin()
         try:
             actor.on_start(ctx)
-        except Exception:
+        except Exception as exc:
             log.exception("on_start failed; the actor stops")
             self.stopping = True
+            self.failure = f"on_start raised {type(exc).__name__}: {exc}"
         self._started = True
         mailbox = self.mailbox
         leftover: list[tuple[Envelope, Any, str | None]] = []
@@ -323,11 +327,13 @@ class _Cell:
             except Exception:
                 log.exception("could not send the error reply")
         try:
-            if not self.actor.on_error(exc, message, self.ctx):
-                self.stopping = True
+            stops = not self.actor.on_error(exc, message, self.ctx)
         except Exception:
             log.exception("on_error failed; the actor stops")
+            stops = True
+        if stops:
             self.stopping = True
+            self.failure = self.failure or f"handler of {type(message).wire_tag()} raised {type(exc).__name__}: {exc}"
 
     def _retire(self, leftover: list[tuple[Envelope, Any, str | None]]) -> None:
         system, node = self.system, self.system._node
@@ -362,6 +368,8 @@ class _Cell:
         if downs:
             self.log.debug("actor stopped before it read watch notifications", count=downs)
         system._cells.pop(self.name, None)
+        if self.failure:
+            system.failures[self.name] = self.failure
         adapter = system._cells.get(self.adapter) if self.adapter is not None else None
         if adapter is not None:  # after everything the actor told it (one mailbox: FIFO)
             try:

@@ -1,7 +1,9 @@
 """Entry point of a child process: build the actors of a spec and serve until told to stop.
 
 Exit status: 0 after a clean exit (the root left, or every actor stopped);
-1 if the actors could not be built; 2 on a malformed spec.
+1 if the actors could not be built; 2 on a malformed spec; 3 when an actor
+stopped short of its work (``Context.stop(failure)``, or a handler raised and
+stopped it: a rank evicted or refused), so a launcher sees it as a failure.
 """
 
 from __future__ import annotations
@@ -34,6 +36,9 @@ def main(argv: list[str]) -> int:
         return 1
     system.wait()
     system.shutdown()
+    if system.failures:
+        log.error("actors stopped short of their work; exit status 3", failures=system.failures)
+        return 3
     return 0
 
 

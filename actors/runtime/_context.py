@@ -124,8 +124,10 @@ class Context(abc.ABC):
         """Stop watching ``name``."""
 
     @abc.abstractmethod
-    def stop(self) -> None:
-        """Stop this actor after the current handler returns."""
+    def stop(self, failure: str = "") -> None:
+        """Stop this actor after the current handler returns.  ``failure`` (one line) says it stopped
+        short of its work (a rank evicted or refused): a process started by ``spawn_process`` whose
+        actor stopped with one exits with status 3, not 0."""
 
 
 class LiveContext(Context):
@@ -176,8 +178,10 @@ class LiveContext(Context):
     def unwatch(self, name: str) -> None:
         self._cell.unwatch(name)
 
-    def stop(self) -> None:
+    def stop(self, failure: str = "") -> None:
         self._cell.stopping = True
+        if failure:
+            self._cell.failure = failure
 
 
 # -- recording: the live context, every read and effect logged ---------------------
@@ -275,9 +279,9 @@ class RecordingContext(LiveContext):
         super().unwatch(name)
         self.recorder.write(Effect(self.recorder.index, "unwatch", name))
 
-    def stop(self) -> None:
-        super().stop()
-        self.recorder.write(Effect(self.recorder.index, "stop"))
+    def stop(self, failure: str = "") -> None:
+        super().stop(failure)
+        self.recorder.write(Effect(self.recorder.index, "stop", failure))
 
 
 # -- fake: a virtual clock, effects collected ---------------------------------------
@@ -309,6 +313,8 @@ class FakeContext(Context):
         self.timers: dict[str, tuple[float, float, int]] = {}  # key -> (due, period, count)
         self.watched: set[str] = set()
         self.stopped = False
+        #: What the actor said when it stopped short of its work (``stop(failure=...)``).
+        self.failure = ""
         self._corr = itertools.count(1)
         self.pending_asks: dict[int, tuple[str, str, float]] = {}  # corr -> (target, kind, deadline)
 
@@ -365,8 +371,9 @@ class FakeContext(Context):
     def unwatch(self, name: str) -> None:
         self.watched.discard(name)
 
-    def stop(self) -> None:
+    def stop(self, failure: str = "") -> None:
         self.stopped = True
+        self.failure = failure
 
 
 # -- replay: the fake context fed from a recording -------------------------------------
@@ -479,6 +486,6 @@ class ReplayContext(FakeContext):
     def unwatch(self, name: str) -> None:
         self.emitted.append(("unwatch", name, 0.0, False))
 
-    def stop(self) -> None:
+    def stop(self, failure: str = "") -> None:
         self.stopped = True
-        self.emitted.append(("stop", "", 0.0, False))
+        self.emitted.append(("stop", failure, 0.0, False))

@@ -97,6 +97,9 @@ class ActorSystem:
         self.rank = rank
         self.seed = seed if seed is not None else _stable_int(self.run_id)
         self._cells: dict[str, _Cell] = {}
+        #: Local actors that stopped short of their work, and why (``Context.stop(failure)``, or a
+        #: handler that raised and stopped its actor): a child process exits 3 when there are any.
+        self.failures: dict[str, str] = {}
         self._inboxes: dict[str, Inbox] = {}
         self._watchers: dict[str, set[str]] = {}
         self._watch_lock = threading.Lock()

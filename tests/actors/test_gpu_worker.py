@@ -142,6 +142,8 @@ def test_an_evicted_actor_worker_stops_as_a_failed_rank_without_saying_exiting()
     out = h.deliver(m.Evicted(detail="rank 0 was counted dead (dead: status -9)"), sender="coordinator")
     assert h.ctx.stopped and not any(isinstance(s.message, m.Exiting) for s in out)
     assert h.actor.protocol.failure is not None and "evicted from the run" in h.actor.protocol.failure
+    # Stopped as a failure: its process exits 3 (``_child``), not 0 with a model that is not the run's.
+    assert h.ctx.failure.startswith("rank 0: ") and "evicted" in h.ctx.failure
 
 
 def test_a_silent_coordinator_does_not_stop_the_actor_worker_its_down_does() -> None:

@@ -313,6 +313,19 @@ def test_clean_exit_is_not_reported_as_death(system: ActorSystem, quitter: str) 
         system.tell("q", m.SyncNow())
 
 
+@pytest.mark.parametrize("quitter", ["_actors:Quitter", "_actors:InlineQuitter"])
+def test_an_actor_that_stops_short_of_its_work_fails_its_process(system: ActorSystem, quitter: str) -> None:
+    """A spawned rank that was evicted stopped and its process exited 0, as a finished one does: a
+    launcher saw success.  ``ctx.stop(failure)`` ends the process with status 3."""
+    inbox = system.inbox("watcher")
+    child = system.spawn_process({"q": quitter}, env=ENV)
+    inbox.watch("q")
+    system.tell("q", m.Evicted(detail="counted dead"))
+    got = inbox.get(timeout=10)
+    assert got is not None and got.message == m.Down(name="q", reason=m.DownReason.EXITED)
+    assert child.wait(10) == 3
+
+
 def test_an_error_exit_is_never_announced_as_a_clean_one(system: ActorSystem, tmp_path: pathlib.Path) -> None:
     inbox = system.inbox("watcher")
     coordinator = system.inbox("coordinator")  # stands in for the Coordinator: it admits rank 0
