@@ -94,6 +94,31 @@ def test_bad_bytes_are_logged_with_their_source_and_dropped() -> None:
     assert node.delivered == []
 
 
+def test_a_record_that_never_decodes_is_warned_of_once_per_source_and_reason() -> None:
+    """A peer re-sends what was not acked: a record that never decodes came back at each re-send
+    interval, and each time the node wrote the same warning."""
+    node = _Node()
+    for _ in range(5):
+        node.incoming.frames("b", [b"\xc1\xc1\xc1"], from_router=True)
+    node.view.peers.add("c")
+    node.incoming.frames("c", [b"\xc1\xc1\xc1"], from_router=True)  # another source: warned of
+    assert [(level, fields["source"]) for level, _, fields in node.log.lines if level == "warning"] == [
+        ("warning", "b"), ("warning", "c")]
+    assert [fields["times"] for level, _, fields in node.log.lines if level == "debug"] == [2, 3, 4, 5]
+    assert list(node.incoming.undecodable.values()) == [5, 1]
+
+
+def test_the_undecodable_counts_are_bounded() -> None:
+    """A peer sending ever-new garbage must not grow the node's memory: the counts start again."""
+    from actorwire.transport.node import _receive
+
+    node = _Node()
+    for i in range(_receive.UNDECODABLE_KEYS + 3):
+        node.incoming._undecodable("b", f"reason {i}", 3)
+    assert len(node.incoming.undecodable) == 3
+    assert sum(level == "warning" for level, _, _ in node.log.lines) == _receive.UNDECODABLE_KEYS + 3
+
+
 def test_a_failure_in_the_driver_is_logged_and_never_leaves_the_receiving_side() -> None:
     node = _Node()
 

@@ -31,6 +31,9 @@ Run = list[tuple[Envelope, Message, str]]  # one target's records from one batch
 # The inbound rules' steps, as module names: an enum lookup per message showed in profiles.
 _DELIVER, _RESOLVE, _PARK, _ACK_AGAIN, _REFUSE, _EXPEL = (
     Step.DELIVER, Step.RESOLVE, Step.PARK, Step.ACK_AGAIN, Step.REFUSE, Step.EXPEL)
+#: At most this many (source, reason) pairs are remembered for the undecodable warning; then the
+#: memory starts again (a peer sending ever-new garbage is warned of again, never held in memory).
+UNDECODABLE_KEYS = 1024
 
 
 class Incoming:
@@ -60,6 +63,9 @@ class Incoming:
         self._expel = expel
         self._reply = reply
         self._park_since: float | None = None  # set while parked messages are tried again
+        #: Undecodable messages by (source, reason).  A record that never decodes comes again at each
+        #: re-send of its peer's stream: the first is a warning, the rest are counted at debug level.
+        self.undecodable: dict[tuple[str, str], int] = {}
 
     def frames(self, source: str, frames: list[bytes], *, from_router: bool) -> None:
         """One ZeroMQ message from ``source`` (``[envelope, body]`` or one batch frame); what fails
@@ -86,9 +92,21 @@ class Incoming:
         else:
             pairs, errors = [], [DecodeError(f"expected 1 or 2 frames, got {len(frames)}")]
         for error in errors:
-            self._log.warning("dropped an undecodable message", source=source,
-                              size=sum(len(f) for f in frames), reason=str(error))
+            self._undecodable(source, str(error), sum(len(f) for f in frames))
         self.records(source, pairs, from_router=from_router)
+
+    def _undecodable(self, source: str, reason: str, size: int) -> None:
+        key = (source, reason)
+        seen = self.undecodable.get(key, 0)
+        if not seen and len(self.undecodable) >= UNDECODABLE_KEYS:
+            self.undecodable.clear()
+        self.undecodable[key] = seen + 1
+        if seen:
+            self._log.debug("dropped an undecodable message again", source=source, size=size, reason=reason,
+                            times=seen + 1)
+        else:
+            self._log.warning("dropped an undecodable message", source=source, size=size, reason=reason,
+                              note="the same again from this source is counted at debug level")
 
     def records(self, source: str, pairs: list[tuple[Envelope, Message]], *, from_router: bool) -> None:
         """The decoded records of one batch from ``source``, in order: each through the inbound rules
