@@ -125,8 +125,16 @@ class WeightConsumer(Actor):
 
     def on_start(self, ctx: Context) -> None:
         self.io = effects_name(ctx.name)
+        prefix = _names.consumer_prefix(ctx.name)
         #: The trainer thread that starts each sync: rank 0's, under this consumer's prefix.
-        self.trainer = _names.weight_sender(_names.consumer_prefix(ctx.name) or "", 0)
+        self.trainer = _names.weight_sender(prefix or "", 0)
+        if prefix is None or _names.consumer_id(ctx.name, prefix) != self.consumer_id:
+            # Producers and the trainer know a consumer by that name only: it would wait for ever.
+            why = (f"weight consumer {self.consumer_id} runs as {ctx.name!r}; it must be named "
+                   f"'<prefix>/consumer/{self.consumer_id}' (the prefix of the trainer's WeightSender)")
+            ctx.log.error("weights.misnamed_consumer", reason=why)
+            ctx.stop(failure=why)
+            return
         self.asked: set[int] = set()
         self._reserve(ctx)
 

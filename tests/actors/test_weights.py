@@ -752,3 +752,14 @@ def test_a_rank_says_only_its_own_held_names() -> None:
                              init_timeout=1.0)
         finally:
             liar.join(10)
+
+
+@pytest.mark.parametrize("name", ["weights/consumers/0", "weights/consumer/1", "consumer0"])
+def test_a_consumer_under_a_name_no_trainer_knows_stops_at_once(name: str) -> None:
+    """Producers and the trainer know consumer N only as ``<prefix>/consumer/N``: under another name
+    it reserved, then waited for a sync that no one could start (its BeginSync came from a sender it
+    could not name)."""
+    h = ActorHarness(WeightConsumer(0, _plan()), name=name, peers=[SENDER, P0, P1])
+    assert h.start() == []
+    assert h.ctx.stopped and "must be named '<prefix>/consumer/0'" in h.ctx.failure
+    h.close()
