@@ -244,6 +244,22 @@ def test_a_tell_that_found_its_target_dead_replays_as_it_ran(tmp_path: pathlib.P
     assert (report.messages, report.divergences) == (2, [])
 
 
+def test_a_stop_with_a_failure_is_recorded_and_replayed(tmp_path: pathlib.Path) -> None:
+    """``ctx.stop(failure)`` is an effect like any other: the failure is in the recording, the system
+    keeps it, and the replay matches it (a replay that stopped without one would diverge)."""
+    from _actors import Quitter
+
+    with ActorSystem(record=str(tmp_path)) as system:
+        watcher = system.inbox("watcher")
+        system.spawn(Quitter(), "q")
+        watcher.watch("q")
+        system.tell("q", m.Evicted(detail="counted dead"))
+        assert watcher.get(timeout=10) is not None
+        assert system.failures == {"q": "evicted: counted dead"}
+    report = replay(tmp_path, actor="q", actor_class="_actors:Quitter")
+    assert (report.messages, report.divergences) == (1, [])
+
+
 def test_corr_names_an_ask_with_its_asker(tmp_path: pathlib.Path) -> None:
     """Correlation ids are numbered per process: ``--corr N`` alone matched asks of two askers."""
     env = {**os.environ, "PYTHONPATH": TESTS_DIR + os.pathsep + os.environ.get("PYTHONPATH", "")}
