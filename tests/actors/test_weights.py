@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
 import pytest
 import torch
 
@@ -282,6 +286,20 @@ def ready(h: ActorHarness) -> None:
     h.deliver(m.ServeBufferReserved(consumer_id=h.actor.consumer_id, slots=2, slot_nbytes=64), sender=P1)
 
 
+@contextlib.contextmanager
+def _serving(**kw: Any) -> Iterator[tuple[ActorHarness, ServeRing]]:
+    """A ready consumer and a producer's shm serve ring to answer its pulls from."""
+    h = consumer(**kw)
+    ready(h)
+    ring = ServeRing("shm")
+    ring.reserve(0, 2, 64)
+    try:
+        yield h, ring
+    finally:
+        ring.close()
+        h.close()
+
+
 def pulls(out: list) -> list[tuple[str, int, list[str]]]:
     return [(s.target, s.message.seq, s.message.names) for s in out if isinstance(s.message, m.PullRequest)]
 
@@ -304,11 +322,7 @@ def _serve(ring: ServeRing, h: ActorHarness, sent: tuple[str, int, list[str]], s
 
 def test_consumer_pulls_k_at_a_time_frees_every_owner_and_finishes() -> None:
     dst = {n: torch.zeros(4) for n in TENSORS}
-    h = consumer(tensors=dst)
-    ready(h)
-    ring = ServeRing("shm")
-    ring.reserve(0, 2, 64)
-    try:
+    with _serving(tensors=dst) as (h, ring):
         out = h.deliver(m.BeginSync(sync_id=1, live_consumer_ids=[0, 1]), sender=SENDER)
         first = pulls(out)
         assert len(first) == 2  # K = 2 in flight
@@ -322,25 +336,15 @@ def test_consumer_pulls_k_at_a_time_frees_every_owner_and_finishes() -> None:
         out += _serve(ring, h, last[0])
         assert [s.message for s in out if s.target == SENDER] == [m.EndSync(sync_id=1)]
         assert all(torch.equal(dst[n], TENSORS[n]) for n in TENSORS)
-    finally:
-        ring.close()
-        h.close()
 
 
 def test_a_slot_is_reused_only_after_pull_seq_minus_k_drained() -> None:
-    h = consumer()
-    ready(h)
-    ring = ServeRing("shm")
-    ring.reserve(0, 2, 64)
-    try:
+    with _serving() as (h, ring):
         first = pulls(h.deliver(m.BeginSync(sync_id=1, live_consumer_ids=[0]), sender=SENDER))
         assert [p[1] for p in first] == [0, 1]
         # pull 1 drains first: pull 2 would reuse slot 0, still held by pull 0 -> not issued yet
         assert pulls(_serve(ring, h, first[1])) == []
         assert [p[1] for p in pulls(_serve(ring, h, first[0]))] == [2, 3]
-    finally:
-        ring.close()
-        h.close()
 
 
 def test_consumer_frees_groups_it_does_not_want_at_begin() -> None:
@@ -397,17 +401,10 @@ def test_a_refused_reservation_fails_every_sync() -> None:
 def test_a_reply_with_the_wrong_shape_aborts_naming_the_tensor() -> None:
     dst = {n: torch.zeros(4) for n in TENSORS}
     dst["embed"] = torch.zeros(5)
-    h = consumer(tensors=dst)
-    ready(h)
-    ring = ServeRing("shm")
-    ring.reserve(0, 2, 64)
-    try:
+    with _serving(tensors=dst) as (h, ring):
         first = pulls(h.deliver(m.BeginSync(sync_id=1, live_consumer_ids=[0]), sender=SENDER))
         out = _serve(ring, h, first[0])
         assert "embed" in next(s.message.reason for s in out if s.target == SENDER)
-    finally:
-        ring.close()
-        h.close()
 
 
 def test_consumer_reserves_on_producers_that_start_later() -> None:
@@ -657,11 +654,7 @@ def test_the_consumer_writes_only_what_the_pulls_producer_replied() -> None:
     """A ``PullReply`` is written into the model: from anyone but the producer the pull went to,
     it overwrote the weights with the sender's bytes."""
     dst = {n: torch.zeros(4) for n in TENSORS}
-    h = consumer(tensors=dst)
-    ready(h)
-    ring = ServeRing("shm")
-    ring.reserve(0, 2, 64)
-    try:
+    with _serving(tensors=dst) as (h, ring):
         first = pulls(h.deliver(m.BeginSync(sync_id=1, live_consumer_ids=[0]), sender=SENDER))
         assert first[0][0] == P0
         for liar in (LIAR, P1):  # a stranger, and a producer of the plan that was not asked
@@ -669,9 +662,6 @@ def test_the_consumer_writes_only_what_the_pulls_producer_replied() -> None:
         assert h.actor.ignored == {LIAR: 1, P1: 1} and h.actor.writing == {}
         out = _serve(ring, h, first[0])
         assert [s.target for s in out if isinstance(s.message, m.FreeGroup)] == [P0, P1]
-    finally:
-        ring.close()
-        h.close()
 
 
 def test_the_consumer_takes_a_sync_only_from_rank_0s_trainer_and_failures_from_the_plan() -> None:
